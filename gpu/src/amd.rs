@@ -1,0 +1,127 @@
+//! The AMD SMI host-access trait and the values it exchanges.
+//!
+//! Mirrors the AMD SMI calls vgpud needs on an MxGPU host: GPU discovery, VF counts
+//! (`amdsmi_get_num_vf` / `amdsmi_set_num_vf`) and compute/memory partition modes.
+
+use std::fmt;
+
+use ids::PciAddress;
+use serde::{Deserialize, Serialize};
+
+/// An AMD SMI status code (`amdsmi_status_t`), kept numeric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AmdStatus(pub u32);
+
+impl AmdStatus {
+    /// Invalid parameters.
+    pub const INVAL: Self = Self(1);
+    /// Not supported by this device or driver.
+    pub const NOT_SUPPORTED: Self = Self(2);
+    /// Not yet implemented.
+    pub const NOT_YET_IMPLEMENTED: Self = Self(3);
+    /// Library load failed.
+    pub const FAIL_LOAD_MODULE: Self = Self(4);
+    /// Permission denied.
+    pub const NO_PERM: Self = Self(10);
+    /// The device is busy.
+    pub const BUSY: Self = Self(30);
+    /// Not found.
+    pub const NOT_FOUND: Self = Self(31);
+    /// The library or driver is not initialised.
+    pub const NOT_INIT: Self = Self(32);
+    /// Unknown error.
+    pub const UNKNOWN: Self = Self(0xFFFF_FFFF);
+
+    /// A short description of the codes this crate names.
+    pub fn description(&self) -> &'static str {
+        match self.0 {
+            1 => "invalid parameters",
+            2 => "not supported",
+            3 => "not yet implemented",
+            4 => "library load failed",
+            10 => "permission denied",
+            30 => "device busy",
+            31 => "not found",
+            32 => "not initialised",
+            _ => "unknown error",
+        }
+    }
+}
+
+impl fmt::Display for AmdStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (AMD SMI status {})", self.description(), self.0)
+    }
+}
+
+/// A failed AMD SMI call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("AMD SMI call {call} failed: {status}")]
+pub struct AmdError {
+    /// The function, e.g. `amdsmi_set_num_vf`.
+    pub call: &'static str,
+    /// The status code.
+    pub status: AmdStatus,
+}
+
+impl AmdError {
+    /// Builds an error.
+    pub fn new(call: &'static str, status: AmdStatus) -> Self {
+        Self { call, status }
+    }
+}
+
+/// Result of an AMD SMI call.
+pub type AmdResult<T> = Result<T, AmdError>;
+
+/// What AMD SMI says about one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AmdGpuInfo {
+    /// PCI address of the GPU (physical function).
+    pub pci_address: PciAddress,
+    /// Device UUID, when the library reports one.
+    pub uuid: Option<String>,
+    /// Market name, e.g. `AMD Instinct MI300X`.
+    pub name: String,
+    /// Total VRAM in MiB.
+    pub memory_total_mib: u64,
+}
+
+/// VF counts of an MxGPU physical function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VfCount {
+    /// VFs enabled now.
+    pub enabled: u32,
+    /// Most VFs the current partition mode allows.
+    pub supported: u32,
+}
+
+/// Compute and memory partition modes of a GPU, current and available.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// Current compute partition mode: `SPX`, `DPX`, `TPX`, `QPX` or `CPX`.
+    pub compute: String,
+    /// Compute modes the GPU accepts.
+    pub compute_available: Vec<String>,
+    /// Current memory partition mode: `NPS1`, `NPS2`, `NPS4` or `NPS8`.
+    pub memory: String,
+    /// Memory modes the GPU accepts.
+    pub memory_available: Vec<String>,
+}
+
+/// Narrow access to AMD SMI (or its sysfs fallback). GPUs are addressed by PCI address.
+pub trait AmdSmi: Send + Sync + fmt::Debug {
+    /// AMD GPUs (physical functions) the library sees.
+    fn gpus(&self) -> AmdResult<Vec<AmdGpuInfo>>;
+    /// VF counts of a GPU.
+    fn num_vf(&self, gpu: PciAddress) -> AmdResult<VfCount>;
+    /// Sets the number of enabled VFs.
+    fn set_num_vf(&self, gpu: PciAddress, count: u32) -> AmdResult<()>;
+    /// Partition modes.
+    fn partition(&self, gpu: PciAddress) -> AmdResult<PartitionState>;
+    /// Sets the compute partition mode; `BUSY` while VFs are enabled.
+    fn set_compute_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()>;
+    /// Sets the memory partition mode; `BUSY` while VFs are enabled.
+    fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()>;
+}

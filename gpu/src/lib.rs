@@ -1,0 +1,17 @@
+//! GPUs as their vendor libraries describe them.
+//!
+//! Two narrow host-access traits live here: [`Nvml`] (NVIDIA's management library) and
+//! [`AmdSmi`] (AMD's system management interface). Each has a real implementation that loads the
+//! vendor library at run time — a host without the driver is normal, not an error — and a
+//! behavioural twin in the `sim` crate.
+//!
+//! Only primitive operations: no policy (which placement to pick), no agent state.
+
+pub mod amd;
+pub mod nvml;
+
+pub use amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
+pub use nvml::{
+    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
+    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
+};

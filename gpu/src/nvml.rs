@@ -1,0 +1,311 @@
+//! The NVML host-access trait and the values it exchanges.
+//!
+//! The trait mirrors NVML's own calls (device by index, MIG profiles by profile id, instances at
+//! explicit placements) so the real implementation is a thin wrapper and the simulator can be
+//! checked against NVML's documented behaviour, including its return codes.
+
+use std::fmt;
+
+use ids::{MigProfileName, NumaNodeId, PciAddress, VgpuTypeId};
+use serde::{Deserialize, Serialize};
+
+/// An NVML return code (`nvmlReturn_t`). Kept numeric so codes newer than this build survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NvmlCode(pub u32);
+
+impl NvmlCode {
+    /// NVML was not initialised.
+    pub const UNINITIALIZED: Self = Self(1);
+    /// An argument was invalid (e.g. a placement the profile does not allow).
+    pub const INVALID_ARGUMENT: Self = Self(2);
+    /// The device does not support the request (e.g. MIG on a non-MIG GPU).
+    pub const NOT_SUPPORTED: Self = Self(3);
+    /// The caller lacks permission.
+    pub const NO_PERMISSION: Self = Self(4);
+    /// An object was not found (e.g. an unknown GPU instance id).
+    pub const NOT_FOUND: Self = Self(6);
+    /// The kernel driver is not loaded.
+    pub const DRIVER_NOT_LOADED: Self = Self(9);
+    /// The call timed out.
+    pub const TIMEOUT: Self = Self(10);
+    /// `libnvidia-ml.so.1` could not be found or loaded.
+    pub const LIBRARY_NOT_FOUND: Self = Self(12);
+    /// A symbol is missing from the loaded library (driver older than the call).
+    pub const FUNCTION_NOT_FOUND: Self = Self(13);
+    /// The GPU fell off the bus or is otherwise inaccessible.
+    pub const GPU_IS_LOST: Self = Self(15);
+    /// The GPU needs a reset (e.g. a pending MIG mode change).
+    pub const RESET_REQUIRED: Self = Self(16);
+    /// The resource is in use (e.g. destroying an instance with running processes).
+    pub const IN_USE: Self = Self(19);
+    /// Not enough free resources (e.g. no room for another GPU instance).
+    pub const INSUFFICIENT_RESOURCES: Self = Self(23);
+    /// An internal or unknown error.
+    pub const UNKNOWN: Self = Self(999);
+
+    /// NVML's description of the code (`nvmlErrorString`), for the codes this crate names.
+    pub fn description(&self) -> &'static str {
+        match self.0 {
+            1 => "Uninitialized",
+            2 => "Invalid Argument",
+            3 => "Not Supported",
+            4 => "Insufficient Permissions",
+            6 => "Not Found",
+            9 => "Driver Not Loaded",
+            10 => "Timeout",
+            12 => "NVML Shared Library Not Found",
+            13 => "Function Not Found",
+            15 => "GPU is lost",
+            16 => "GPU requires restart",
+            19 => "In use by another client",
+            23 => "Insufficient resources",
+            _ => "Unknown Error",
+        }
+    }
+}
+
+impl fmt::Display for NvmlCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (NVML return code {})", self.description(), self.0)
+    }
+}
+
+/// A failed NVML call: which call, and NVML's return code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NVML call {call} failed: {code}")]
+pub struct NvmlError {
+    /// The NVML function, e.g. `nvmlDeviceCreateGpuInstanceWithPlacement`.
+    pub call: &'static str,
+    /// The return code.
+    pub code: NvmlCode,
+}
+
+impl NvmlError {
+    /// Builds an error.
+    pub fn new(call: &'static str, code: NvmlCode) -> Self {
+        Self { call, code }
+    }
+}
+
+/// Result of an NVML call.
+pub type NvmlResult<T> = Result<T, NvmlError>;
+
+/// What NVML says about one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// NVML's device index.
+    pub index: u32,
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Product name, e.g. `NVIDIA A100-SXM4-80GB`.
+    pub name: String,
+    /// PCI address of the GPU (physical function).
+    pub pci_address: PciAddress,
+    /// Total framebuffer memory in MiB.
+    pub memory_total_mib: u64,
+    /// NUMA node NVML reports, when it knows one (used when sysfs says -1).
+    pub numa_node: Option<NumaNodeId>,
+}
+
+/// MIG mode: current and pending (a change takes effect after a GPU reset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigMode {
+    /// MIG enabled now.
+    pub current: bool,
+    /// MIG enabled after the next reset.
+    pub pending: bool,
+}
+
+/// A placement on the GPU's memory-slice axis: `start` slot and `size` in slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Placement {
+    /// First memory slice.
+    pub start: u32,
+    /// Number of memory slices.
+    pub size: u32,
+}
+
+/// A GPU-instance profile (`nvmlGpuInstanceProfileInfo_v2`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInstanceProfile {
+    /// NVML's profile index constant (`NVML_GPU_INSTANCE_PROFILE_*`), used to query the profile.
+    pub profile_index: u32,
+    /// Profile id, used to create instances; differs by driver and device.
+    pub id: u32,
+    /// Profile name, e.g. `3g.40gb`.
+    pub name: MigProfileName,
+    /// Compute slices.
+    pub slice_count: u32,
+    /// Most instances of this profile on one GPU.
+    pub instance_count: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Streaming multiprocessors.
+    pub multiprocessor_count: u32,
+    /// Copy engines.
+    pub copy_engine_count: u32,
+    /// Video decoders.
+    pub decoder_count: u32,
+    /// Video encoders.
+    pub encoder_count: u32,
+    /// JPEG engines.
+    pub jpeg_count: u32,
+    /// Optical flow accelerators.
+    pub ofa_count: u32,
+}
+
+/// An existing GPU instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInstance {
+    /// GPU instance id.
+    pub id: u32,
+    /// Profile id it was created with.
+    pub profile_id: u32,
+    /// Where it sits.
+    pub placement: Placement,
+}
+
+/// A compute-instance profile of a GPU instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputeInstanceProfile {
+    /// NVML's profile index constant (`NVML_COMPUTE_INSTANCE_PROFILE_*`).
+    pub profile_index: u32,
+    /// Profile id.
+    pub id: u32,
+    /// Compute slices.
+    pub slice_count: u32,
+    /// Most instances of this profile in the GPU instance.
+    pub instance_count: u32,
+    /// Streaming multiprocessors.
+    pub multiprocessor_count: u32,
+}
+
+/// An existing compute instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputeInstance {
+    /// Compute instance id (unique within its GPU instance).
+    pub id: u32,
+    /// The GPU instance it belongs to.
+    pub gpu_instance_id: u32,
+    /// Profile id it was created with.
+    pub profile_id: u32,
+    /// Placement on the GPU instance's compute-slice axis.
+    pub placement: Placement,
+}
+
+/// Point-in-time telemetry, in the units dcgm-exporter publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Telemetry {
+    /// GPU utilisation, percent.
+    pub gpu_util_pct: u32,
+    /// Memory copy utilisation, percent.
+    pub mem_copy_util_pct: u32,
+    /// Framebuffer used, MiB.
+    pub fb_used_mib: u64,
+    /// Framebuffer free, MiB.
+    pub fb_free_mib: u64,
+    /// Temperature, °C.
+    pub temperature_c: u32,
+    /// Power draw, milliwatts.
+    pub power_mw: u32,
+    /// Energy since the driver loaded, millijoules.
+    pub energy_mj: u64,
+    /// SM clock, MHz.
+    pub sm_clock_mhz: u32,
+    /// Memory clock, MHz.
+    pub mem_clock_mhz: u32,
+}
+
+/// A vGPU type the GPU supports (`nvmlVgpuTypeGet*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VgpuTypeInfo {
+    /// Type id.
+    pub id: VgpuTypeId,
+    /// Name, e.g. `NVIDIA H200X-1-18C`.
+    pub name: String,
+    /// Class, e.g. `Compute`, `Quadro`, `NVS`.
+    pub class: String,
+    /// Framebuffer per vGPU, MiB.
+    pub framebuffer_mib: u64,
+    /// Most vGPUs of this type on one GPU.
+    pub max_instances: u32,
+}
+
+/// An Xid (driver-reported GPU error) event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XidEvent {
+    /// UUID of the GPU that reported it.
+    pub gpu_uuid: String,
+    /// The Xid code, e.g. 79 (fallen off the bus), 48 (double-bit ECC).
+    pub xid: u64,
+}
+
+/// Narrow access to NVML. Devices are addressed by NVML index, as NVML does.
+///
+/// Implementations: `gpu::nvml_real::NvmlLibrary` (the real library, loaded at run time) and
+/// `sim::SimNvml`. Every method returns NVML's return code on failure, unchanged.
+pub trait Nvml: Send + Sync + fmt::Debug {
+    /// Driver version string.
+    fn driver_version(&self) -> NvmlResult<String>;
+    /// Number of GPUs NVML sees.
+    fn device_count(&self) -> NvmlResult<u32>;
+    /// Identity and memory of one GPU.
+    fn device_info(&self, index: u32) -> NvmlResult<DeviceInfo>;
+    /// MIG mode; `NOT_SUPPORTED` on GPUs without MIG.
+    fn mig_mode(&self, index: u32) -> NvmlResult<MigMode>;
+    /// GPU-instance profiles the GPU offers (profiles NVML reports as not supported are left out).
+    fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>>;
+    /// Every placement the profile allows on this GPU, occupied or not
+    /// (`nvmlDeviceGetGpuInstancePossiblePlacements_v2`).
+    fn gpu_instance_possible_placements(
+        &self,
+        index: u32,
+        profile_id: u32,
+    ) -> NvmlResult<Vec<Placement>>;
+    /// How many more instances of the profile fit now (`nvmlDeviceGetGpuInstanceRemainingCapacity`).
+    fn gpu_instance_remaining_capacity(&self, index: u32, profile_id: u32) -> NvmlResult<u32>;
+    /// Existing GPU instances, all profiles.
+    fn gpu_instances(&self, index: u32) -> NvmlResult<Vec<GpuInstance>>;
+    /// Creates a GPU instance at an explicit placement
+    /// (`nvmlDeviceCreateGpuInstanceWithPlacement`).
+    fn create_gpu_instance(
+        &self,
+        index: u32,
+        profile_id: u32,
+        placement: Placement,
+    ) -> NvmlResult<GpuInstance>;
+    /// Destroys a GPU instance; `IN_USE` while it has compute instances or processes.
+    fn destroy_gpu_instance(&self, index: u32, gpu_instance_id: u32) -> NvmlResult<()>;
+    /// Compute-instance profiles of a GPU instance.
+    fn compute_instance_profiles(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+    ) -> NvmlResult<Vec<ComputeInstanceProfile>>;
+    /// Existing compute instances of a GPU instance.
+    fn compute_instances(&self, index: u32, gpu_instance_id: u32)
+    -> NvmlResult<Vec<ComputeInstance>>;
+    /// Creates a compute instance of the given profile in a GPU instance.
+    fn create_compute_instance(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+        profile_id: u32,
+    ) -> NvmlResult<ComputeInstance>;
+    /// Destroys a compute instance; `IN_USE` while processes run on it.
+    fn destroy_compute_instance(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+        compute_instance_id: u32,
+    ) -> NvmlResult<()>;
+    /// Current telemetry.
+    fn telemetry(&self, index: u32) -> NvmlResult<Telemetry>;
+    /// vGPU types the GPU supports; empty on a driver without vGPU.
+    fn supported_vgpu_types(&self, index: u32) -> NvmlResult<Vec<VgpuTypeInfo>>;
+    /// PCI addresses of GPUs connected to this one by an active NVLink.
+    fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>>;
+    /// Waits up to `timeout_ms` for the next Xid event on any GPU; `None` when none came.
+    fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>>;
+}
