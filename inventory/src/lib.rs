@@ -1,0 +1,1 @@
+//! Host discovery: one HostInventory value from every device crate.

@@ -1,0 +1,1 @@
+//! Mediated devices: parents, types, create and remove through sysfs.

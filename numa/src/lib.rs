@@ -1,0 +1,1 @@
+//! NUMA nodes: CPUs, memory, distances, read from sysfs.

@@ -1,0 +1,1 @@
+//! PCI devices, IOMMU groups, SR-IOV and vfio-pci binding through sysfs.
