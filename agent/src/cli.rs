@@ -1,0 +1,227 @@
+//! The `vgpud` command line: admin commands over the agent library.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use ids::PciAddress;
+
+use crate::host::{self, HostChoice};
+
+/// vgpud: GPU slicing agent for hypervisor hosts.
+#[derive(Debug, Parser)]
+#[command(name = "vgpud", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Describe the host: NUMA nodes, GPUs, what each can be sliced into, existing slices.
+    Inventory(InventoryArgs),
+    /// Drive a simulated host kept in a state directory.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+/// Which host a command looks at.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// Simulate this host profile (built-in name or TOML file) instead of the real host.
+    #[arg(long, value_name = "PROFILE", conflicts_with = "root")]
+    pub sim: Option<String>,
+    /// Keep the simulated host's state in DIR (created on first use); with no --sim, open it.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Read sysfs under PATH instead of / (a captured or fixture tree).
+    #[arg(long, value_name = "PATH")]
+    pub root: Option<PathBuf>,
+}
+
+impl HostArgs {
+    fn choice(&self) -> anyhow::Result<HostChoice> {
+        Ok(match (&self.sim, &self.state_dir, &self.root) {
+            (Some(profile), dir, None) => {
+                HostChoice::Sim { profile: profile.clone(), state_dir: dir.clone() }
+            }
+            (None, Some(dir), None) => HostChoice::SimDir { state_dir: dir.clone() },
+            (None, None, root) => {
+                HostChoice::Real { root: root.clone().unwrap_or_else(|| PathBuf::from("/")) }
+            }
+            _ => anyhow::bail!("--root cannot be combined with --sim or --state-dir"),
+        })
+    }
+}
+
+/// Arguments of `vgpud inventory`.
+#[derive(Debug, Args)]
+pub struct InventoryArgs {
+    /// The host to describe.
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// Print stable JSON instead of a tree.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `vgpud sim ...` commands.
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// List the built-in host profiles.
+    Profiles,
+    /// Print a profile's TOML (a starting point for your own).
+    ShowProfile {
+        /// Built-in profile name or file.
+        profile: String,
+    },
+    /// Create a simulated host in a state directory.
+    Init {
+        /// Built-in profile name or file.
+        #[arg(long)]
+        profile: String,
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+    },
+    /// Reboot the simulated host: runtime devices are lost, hardware stays.
+    Reboot(StateDir),
+    /// Make a sysfs write/read or a vendor-library call fail, hang or half-succeed.
+    Fault {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// The fault, e.g. `write:/sys/bus/pci/devices/0000:07:00.0/sriov_numvfs=EBUSY`.
+        spec: String,
+        /// Fire this many times, then disappear (default: until cleared).
+        #[arg(long)]
+        times: Option<u32>,
+    },
+    /// Remove every injected fault.
+    ClearFaults(StateDir),
+    /// List injected faults.
+    Faults(StateDir),
+    /// Report an Xid error on a GPU.
+    Xid {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// The GPU's PCI address.
+        #[arg(long)]
+        gpu: PciAddress,
+        /// The Xid code (e.g. 79: GPU has fallen off the bus).
+        xid: u64,
+    },
+    /// Hot-unplug a GPU.
+    RemoveGpu {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// The GPU's PCI address.
+        gpu: PciAddress,
+    },
+    /// Plug a removed GPU back in.
+    AddGpu {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// The GPU's PCI address.
+        gpu: PciAddress,
+    },
+}
+
+/// A state directory argument.
+#[derive(Debug, Args)]
+pub struct StateDir {
+    /// The state directory.
+    #[arg(long)]
+    pub state_dir: PathBuf,
+}
+
+/// Runs the command line; errors are printed with their causes and give exit status 1.
+pub fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vgpud: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VGPUD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Runs one parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Inventory(args) => inventory(&args),
+        Command::Sim(cmd) => sim(cmd),
+    }
+}
+
+fn inventory(args: &InventoryArgs) -> anyhow::Result<()> {
+    let access = host::open(&args.host.choice()?)?;
+    let inv = inventory::discover(&access);
+    let text = if args.json {
+        let mut s = serde_json::to_string_pretty(&inv).context("encoding the inventory")?;
+        s.push('\n');
+        s
+    } else {
+        inventory::render_tree(&inv)
+    };
+    print(&text)
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        // A closed pipe (`vgpud inventory | head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to standard output"),
+    }
+}
+
+fn sim(cmd: SimCommand) -> anyhow::Result<()> {
+    match cmd {
+        SimCommand::Profiles => {
+            print(&(sim::Profile::builtin_names().join("\n") + "\n"))
+        }
+        SimCommand::ShowProfile { profile } => print(&host::load_profile(&profile)?.to_toml()?),
+        SimCommand::Init { profile, state_dir } => {
+            sim::SimHost::create(&state_dir, host::load_profile(&profile)?)?;
+            print(&format!("simulated host {profile} created in {}\n", state_dir.display()))
+        }
+        SimCommand::Reboot(d) => {
+            open_dir(&d.state_dir)?.reboot()?;
+            print("simulated host rebooted\n")
+        }
+        SimCommand::Fault { state_dir, spec, times } => {
+            let mut fault: sim::Fault = spec.parse().context("parsing the fault")?;
+            fault.times = times;
+            open_dir(&state_dir)?.inject_fault(fault)?;
+            Ok(())
+        }
+        SimCommand::ClearFaults(d) => Ok(open_dir(&d.state_dir)?.clear_faults()?),
+        SimCommand::Faults(d) => {
+            let faults = open_dir(&d.state_dir)?.faults()?;
+            print(&(serde_json::to_string_pretty(&faults)? + "\n"))
+        }
+        SimCommand::Xid { state_dir, gpu, xid } => Ok(open_dir(&state_dir)?.inject_xid(gpu, xid)?),
+        SimCommand::RemoveGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.remove_gpu(gpu)?),
+        SimCommand::AddGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.add_gpu(gpu)?),
+    }
+}
+
+fn open_dir(dir: &std::path::Path) -> anyhow::Result<sim::SimHost> {
+    sim::SimHost::open(dir).with_context(|| format!("opening simulated host in {}", dir.display()))
+}
