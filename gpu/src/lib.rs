@@ -9,6 +9,7 @@
 
 pub mod amd;
 pub mod nvml;
+pub mod nvml_real;
 
 pub use amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
 pub use nvml::{

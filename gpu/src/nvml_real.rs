@@ -1,0 +1,606 @@
+//! [`NvmlLibrary`]: the [`Nvml`] trait over NVIDIA's real `libnvidia-ml.so.1`, loaded at run
+//! time through `nvml-wrapper`.
+//!
+//! The safe wrapper serves discovery, telemetry, vGPU types and NVLink; MIG instances, the NVLink
+//! remote device type and the Xid event set go through [`raw`], the crate's one NVML FFI module.
+//! A host without the driver is normal: [`NvmlLibrary::load`] then returns `LIBRARY_NOT_FOUND`
+//! or `DRIVER_NOT_LOADED`, never panics.
+
+mod raw;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use ids::{MigProfileName, NumaNodeId, PciAddress, VgpuTypeId};
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::error::NvmlError as WrapperError;
+use nvml_wrapper::{Device, Nvml as Wrapper};
+use nvml_wrapper_sys::bindings as sys;
+
+use crate::nvml::{
+    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
+    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
+};
+
+const MIB: u64 = 1024 * 1024;
+
+/// NVML's return code for an nvml-wrapper error. The wrapper's own failures have no NVML code:
+/// a library that would not load is `LIBRARY_NOT_FOUND`, a missing symbol `FUNCTION_NOT_FOUND`,
+/// the rest (bad UTF-8 and the like) `UNKNOWN`. Codes newer than the wrapper keep their number.
+pub fn code_of(err: WrapperError) -> NvmlCode {
+    match err {
+        WrapperError::LibloadingError(_) => NvmlCode::LIBRARY_NOT_FOUND,
+        WrapperError::FailedToLoadSymbol(_) => NvmlCode::FUNCTION_NOT_FOUND,
+        other => NvmlCode(sys::nvmlReturn_t::from(other)),
+    }
+}
+
+fn wrap(call: &'static str) -> impl FnOnce(WrapperError) -> NvmlError {
+    move |err| NvmlError::new(call, code_of(err))
+}
+
+fn is_skippable_profile(err: &NvmlError) -> bool {
+    err.code == NvmlCode::NOT_SUPPORTED || err.code == NvmlCode::INVALID_ARGUMENT
+}
+
+/// NVML as loaded from the driver's `libnvidia-ml.so.1`. `Send + Sync`; each call looks the
+/// device up by index, as NVML itself does.
+pub struct NvmlLibrary {
+    // Declared first so it drops first; it holds its own `Arc` of the library anyway.
+    xid: Mutex<Option<raw::XidEventSet>>,
+    nvml: Arc<Wrapper>,
+}
+
+impl fmt::Debug for NvmlLibrary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NvmlLibrary").finish_non_exhaustive()
+    }
+}
+
+impl NvmlLibrary {
+    /// Loads `libnvidia-ml.so.1` from the library path and initialises NVML (`nvmlInit_v2`).
+    pub fn load() -> NvmlResult<Self> {
+        Self::from_init(Wrapper::init())
+    }
+
+    /// Like [`NvmlLibrary::load`], with the library at `path`.
+    pub fn load_from(path: impl AsRef<Path>) -> NvmlResult<Self> {
+        Self::from_init(
+            Wrapper::builder()
+                .lib_path(path.as_ref().as_os_str())
+                .init(),
+        )
+    }
+
+    fn from_init(init: Result<Wrapper, WrapperError>) -> NvmlResult<Self> {
+        let nvml = init.map_err(wrap("nvmlInit_v2"))?;
+        Ok(Self {
+            xid: Mutex::new(None),
+            nvml: Arc::new(nvml),
+        })
+    }
+
+    fn device(&self, index: u32) -> NvmlResult<Device<'_>> {
+        self.nvml
+            .device_by_index(index)
+            .map_err(wrap("nvmlDeviceGetHandleByIndex_v2"))
+    }
+}
+
+fn parse_bus_id(call: &'static str, bus_id: &str) -> NvmlResult<PciAddress> {
+    bus_id.parse().map_err(|e| {
+        tracing::warn!(bus_id, error = %e, "NVML returned a PCI bus id that does not parse");
+        NvmlError::new(call, NvmlCode::UNKNOWN)
+    })
+}
+
+fn gpu_instance_profile(
+    index: u32,
+    info: &sys::nvmlGpuInstanceProfileInfo_v2_t,
+) -> Option<GpuInstanceProfile> {
+    let raw_name = raw::c_buffer_to_string(&info.name);
+    let name = match raw_name.parse::<MigProfileName>() {
+        Ok(name) => name,
+        Err(e) => {
+            tracing::warn!(profile_index = index, error = %e, "MIG profile left out");
+            return None;
+        }
+    };
+    Some(GpuInstanceProfile {
+        profile_index: index,
+        id: info.id,
+        name,
+        slice_count: info.sliceCount,
+        instance_count: info.instanceCount,
+        memory_mib: info.memorySizeMB,
+        multiprocessor_count: info.multiprocessorCount,
+        copy_engine_count: info.copyEngineCount,
+        decoder_count: info.decoderCount,
+        encoder_count: info.encoderCount,
+        jpeg_count: info.jpegCount,
+        ofa_count: info.ofaCount,
+    })
+}
+
+fn compute_instance_profile(
+    index: u32,
+    info: &sys::nvmlComputeInstanceProfileInfo_v2_t,
+) -> ComputeInstanceProfile {
+    ComputeInstanceProfile {
+        profile_index: index,
+        id: info.id,
+        slice_count: info.sliceCount,
+        instance_count: info.instanceCount,
+        multiprocessor_count: info.multiprocessorCount,
+    }
+}
+
+/// A telemetry value, or 0 when the GPU does not offer it (utilisation is `NOT_SUPPORTED` in MIG
+/// mode, energy on older boards): one missing counter must not hide the others.
+fn optional<T: Default>(call: &'static str, value: Result<T, WrapperError>) -> NvmlResult<T> {
+    match value.map_err(wrap(call)) {
+        Err(e) if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND => {
+            tracing::debug!(error = %e, "telemetry value unavailable");
+            Ok(T::default())
+        }
+        other => other,
+    }
+}
+
+impl NvmlLibrary {
+    fn compute_profiles(gi: &raw::GpuInstance<'_>) -> NvmlResult<Vec<ComputeInstanceProfile>> {
+        let mut out = Vec::new();
+        for index in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+            match gi.compute_instance_profile(index) {
+                Ok(info) => out.push(compute_instance_profile(index, &info)),
+                Err(e) if is_skippable_profile(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The address at the far end of an active link, when that is a GPU.
+    fn nvlink_peer(&self, device: &Device<'_>, link: u32) -> NvmlResult<Option<PciAddress>> {
+        const CALL: &str = "nvmlDeviceGetNvLinkRemotePciInfo_v2";
+        let nvlink = device.link_wrapper_for(link);
+        let remote = nvlink.remote_pci_info().map_err(wrap(CALL))?;
+        let address = parse_bus_id(CALL, &remote.bus_id)?;
+        let is_gpu = match raw::nvlink_remote_device_type(device, link) {
+            Ok(raw::NVLINK_REMOTE_GPU) => true,
+            Ok(raw::NVLINK_REMOTE_SWITCH) => false,
+            // Unknown type, or a driver without the query: a GPU is one NVML knows.
+            _ => self
+                .nvml
+                .device_by_pci_bus_id(remote.bus_id.as_str())
+                .is_ok(),
+        };
+        Ok(is_gpu.then_some(address))
+    }
+}
+
+impl Nvml for NvmlLibrary {
+    fn driver_version(&self) -> NvmlResult<String> {
+        self.nvml
+            .sys_driver_version()
+            .map_err(wrap("nvmlSystemGetDriverVersion"))
+    }
+
+    fn device_count(&self) -> NvmlResult<u32> {
+        self.nvml
+            .device_count()
+            .map_err(wrap("nvmlDeviceGetCount_v2"))
+    }
+
+    fn device_info(&self, index: u32) -> NvmlResult<DeviceInfo> {
+        const PCI: &str = "nvmlDeviceGetPciInfo_v3";
+        let device = self.device(index)?;
+        let pci = device.pci_info().map_err(wrap(PCI))?;
+        let memory = device
+            .memory_info()
+            .map_err(wrap("nvmlDeviceGetMemoryInfo_v2"))?;
+        // Older drivers lack the call and some boards answer NOT_SUPPORTED: locality unknown.
+        let numa_node = device
+            .numa_node_id()
+            .ok()
+            .and_then(|n| u16::try_from(n).ok());
+        Ok(DeviceInfo {
+            index,
+            uuid: device.uuid().map_err(wrap("nvmlDeviceGetUUID"))?,
+            name: device.name().map_err(wrap("nvmlDeviceGetName"))?,
+            pci_address: parse_bus_id(PCI, &pci.bus_id)?,
+            memory_total_mib: memory.total / MIB,
+            numa_node: numa_node.map(NumaNodeId),
+        })
+    }
+
+    fn mig_mode(&self, index: u32) -> NvmlResult<MigMode> {
+        let mode = self
+            .device(index)?
+            .mig_mode()
+            .map_err(wrap("nvmlDeviceGetMigMode"))?;
+        let enabled = sys::NVML_DEVICE_MIG_ENABLE;
+        Ok(MigMode {
+            current: mode.current == enabled,
+            pending: mode.pending == enabled,
+        })
+    }
+
+    fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>> {
+        let device = self.device(index)?;
+        let mut out = Vec::new();
+        for profile_index in 0..sys::NVML_GPU_INSTANCE_PROFILE_COUNT {
+            match raw::gpu_instance_profile(&device, profile_index) {
+                Ok(info) => out.extend(gpu_instance_profile(profile_index, &info)),
+                Err(e) if is_skippable_profile(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    fn gpu_instance_possible_placements(
+        &self,
+        index: u32,
+        profile_id: u32,
+    ) -> NvmlResult<Vec<Placement>> {
+        raw::gpu_instance_possible_placements(&self.device(index)?, profile_id)
+    }
+
+    fn gpu_instance_remaining_capacity(&self, index: u32, profile_id: u32) -> NvmlResult<u32> {
+        raw::gpu_instance_remaining_capacity(&self.device(index)?, profile_id)
+    }
+
+    fn gpu_instances(&self, index: u32) -> NvmlResult<Vec<GpuInstance>> {
+        let profiles = self.gpu_instance_profiles(index)?;
+        let device = self.device(index)?;
+        let mut out = Vec::new();
+        for profile in &profiles {
+            for info in raw::gpu_instances(&device, profile.id, profile.instance_count)? {
+                out.push(GpuInstance {
+                    id: info.id,
+                    profile_id: info.profile_id,
+                    placement: info.placement,
+                });
+            }
+        }
+        out.sort_by_key(|gi| gi.id);
+        out.dedup_by_key(|gi| gi.id);
+        Ok(out)
+    }
+
+    fn create_gpu_instance(
+        &self,
+        index: u32,
+        profile_id: u32,
+        placement: Placement,
+    ) -> NvmlResult<GpuInstance> {
+        let info = raw::create_gpu_instance(&self.device(index)?, profile_id, placement)?;
+        Ok(GpuInstance {
+            id: info.id,
+            profile_id: info.profile_id,
+            placement: info.placement,
+        })
+    }
+
+    fn destroy_gpu_instance(&self, index: u32, gpu_instance_id: u32) -> NvmlResult<()> {
+        let device = self.device(index)?;
+        raw::GpuInstance::by_id(&device, gpu_instance_id)?.destroy()
+    }
+
+    fn compute_instance_profiles(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+    ) -> NvmlResult<Vec<ComputeInstanceProfile>> {
+        let device = self.device(index)?;
+        let gi = raw::GpuInstance::by_id(&device, gpu_instance_id)?;
+        Self::compute_profiles(&gi)
+    }
+
+    fn compute_instances(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+    ) -> NvmlResult<Vec<ComputeInstance>> {
+        let device = self.device(index)?;
+        let gi = raw::GpuInstance::by_id(&device, gpu_instance_id)?;
+        let mut out = Vec::new();
+        for profile in Self::compute_profiles(&gi)? {
+            for info in gi.compute_instances(profile.id, profile.instance_count)? {
+                out.push(ComputeInstance {
+                    id: info.id,
+                    gpu_instance_id,
+                    profile_id: info.profile_id,
+                    placement: info.placement,
+                });
+            }
+        }
+        out.sort_by_key(|ci| ci.id);
+        out.dedup_by_key(|ci| ci.id);
+        Ok(out)
+    }
+
+    fn create_compute_instance(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+        profile_id: u32,
+    ) -> NvmlResult<ComputeInstance> {
+        let device = self.device(index)?;
+        let gi = raw::GpuInstance::by_id(&device, gpu_instance_id)?;
+        let info = gi.create_compute_instance(profile_id)?;
+        Ok(ComputeInstance {
+            id: info.id,
+            gpu_instance_id,
+            profile_id: info.profile_id,
+            placement: info.placement,
+        })
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+        compute_instance_id: u32,
+    ) -> NvmlResult<()> {
+        let device = self.device(index)?;
+        raw::GpuInstance::by_id(&device, gpu_instance_id)?
+            .destroy_compute_instance(compute_instance_id)
+    }
+
+    fn telemetry(&self, index: u32) -> NvmlResult<Telemetry> {
+        let device = self.device(index)?;
+        let util = optional(
+            "nvmlDeviceGetUtilizationRates",
+            device.utilization_rates().map(Some),
+        )?;
+        let memory = optional("nvmlDeviceGetMemoryInfo_v2", device.memory_info().map(Some))?;
+        Ok(Telemetry {
+            gpu_util_pct: util.as_ref().map_or(0, |u| u.gpu),
+            mem_copy_util_pct: util.as_ref().map_or(0, |u| u.memory),
+            fb_used_mib: memory.as_ref().map_or(0, |m| m.used / MIB),
+            fb_free_mib: memory.as_ref().map_or(0, |m| m.free / MIB),
+            temperature_c: optional(
+                "nvmlDeviceGetTemperature",
+                device.temperature(TemperatureSensor::Gpu),
+            )?,
+            power_mw: optional("nvmlDeviceGetPowerUsage", device.power_usage())?,
+            energy_mj: optional(
+                "nvmlDeviceGetTotalEnergyConsumption",
+                device.total_energy_consumption(),
+            )?,
+            sm_clock_mhz: optional("nvmlDeviceGetClockInfo", device.clock_info(Clock::SM))?,
+            mem_clock_mhz: optional("nvmlDeviceGetClockInfo", device.clock_info(Clock::Memory))?,
+        })
+    }
+
+    fn supported_vgpu_types(&self, index: u32) -> NvmlResult<Vec<VgpuTypeInfo>> {
+        let device = self.device(index)?;
+        let types = match device
+            .vgpu_supported_types()
+            .map_err(wrap("nvmlDeviceGetSupportedVgpus"))
+        {
+            Err(e) if e.code == NvmlCode::NOT_SUPPORTED => return Ok(Vec::new()),
+            other => other?,
+        };
+        let mut out = Vec::new();
+        for vgpu in types {
+            // Type id 0 is "no vGPU" everywhere vGPU types appear; NVML never lists it.
+            let Some(id) = VgpuTypeId::new(vgpu.id()) else {
+                continue;
+            };
+            out.push(VgpuTypeInfo {
+                id,
+                name: vgpu.name().map_err(wrap("nvmlVgpuTypeGetName"))?,
+                class: vgpu.class_name().map_err(wrap("nvmlVgpuTypeGetClass"))?,
+                framebuffer_mib: vgpu
+                    .framebuffer_size()
+                    .map_err(wrap("nvmlVgpuTypeGetFramebufferSize"))?
+                    / MIB,
+                max_instances: vgpu
+                    .max_instances()
+                    .map_err(wrap("nvmlVgpuTypeGetMaxInstances"))?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>> {
+        let device = self.device(index)?;
+        let mut peers = Vec::new();
+        for link in 0..sys::NVML_NVLINK_MAX_LINKS {
+            let active = device.link_wrapper_for(link).is_active();
+            match active.map_err(wrap("nvmlDeviceGetNvLinkState")) {
+                Ok(true) => peers.extend(self.nvlink_peer(&device, link)?),
+                Ok(false) => {}
+                // No NVLink on this GPU, or fewer links than the maximum.
+                Err(e) if is_skippable_profile(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        peers.sort();
+        peers.dedup();
+        Ok(peers)
+    }
+
+    fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>> {
+        let mut slot = self
+            .xid
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.is_none() {
+            *slot = Some(raw::XidEventSet::create(Arc::clone(&self.nvml))?);
+        }
+        let Some(set) = slot.as_ref() else {
+            return Err(NvmlError::new("nvmlEventSetCreate", NvmlCode::UNKNOWN));
+        };
+        if set.registered() == 0 {
+            // Waiting on an empty set would only ever time out: say so instead.
+            return Err(NvmlError::new(
+                "nvmlDeviceRegisterEvents",
+                NvmlCode::NOT_SUPPORTED,
+            ));
+        }
+        let event = set.wait(timeout_ms)?;
+        Ok(event.map(|(gpu_uuid, xid)| XidEvent { gpu_uuid, xid }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn library_is_send_and_sync() {
+        assert_send_sync::<NvmlLibrary>();
+    }
+
+    #[test]
+    fn load_without_driver_is_a_clean_error() {
+        // No machine this runs on in CI has the driver; on a GPU host this test is moot.
+        if Path::new("/dev/nvidiactl").exists() {
+            return;
+        }
+        let err = NvmlLibrary::load().unwrap_err();
+        assert_eq!(err.code, NvmlCode::LIBRARY_NOT_FOUND, "{err}");
+        assert_eq!(err.call, "nvmlInit_v2");
+    }
+
+    #[test]
+    fn load_from_missing_path_is_library_not_found() {
+        let err = NvmlLibrary::load_from("/nonexistent/libnvidia-ml.so.1").unwrap_err();
+        assert_eq!(err.code, NvmlCode::LIBRARY_NOT_FOUND);
+        assert!(
+            err.to_string().contains("NVML Shared Library Not Found"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn load_from_a_file_that_is_no_library_is_library_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("libnvidia-ml.so.1");
+        std::fs::write(&fake, b"not an ELF file").unwrap();
+        let err = NvmlLibrary::load_from(&fake).unwrap_err();
+        assert_eq!(err.code, NvmlCode::LIBRARY_NOT_FOUND);
+    }
+
+    #[test]
+    fn wrapper_errors_keep_nvml_codes() {
+        assert_eq!(
+            code_of(WrapperError::DriverNotLoaded),
+            NvmlCode::DRIVER_NOT_LOADED
+        );
+        assert_eq!(code_of(WrapperError::NotSupported), NvmlCode::NOT_SUPPORTED);
+        assert_eq!(
+            code_of(WrapperError::InvalidArg),
+            NvmlCode::INVALID_ARGUMENT
+        );
+        assert_eq!(code_of(WrapperError::NoPermission), NvmlCode::NO_PERMISSION);
+        assert_eq!(code_of(WrapperError::NotFound), NvmlCode::NOT_FOUND);
+        assert_eq!(code_of(WrapperError::Timeout), NvmlCode::TIMEOUT);
+        assert_eq!(code_of(WrapperError::GpuLost), NvmlCode::GPU_IS_LOST);
+        assert_eq!(
+            code_of(WrapperError::ResetRequired),
+            NvmlCode::RESET_REQUIRED
+        );
+        assert_eq!(code_of(WrapperError::InUse), NvmlCode::IN_USE);
+        assert_eq!(
+            code_of(WrapperError::Uninitialized),
+            NvmlCode::UNINITIALIZED
+        );
+        assert_eq!(code_of(WrapperError::Unknown), NvmlCode::UNKNOWN);
+        assert_eq!(
+            code_of(WrapperError::InsufficientSize(Some(8))),
+            NvmlCode(7)
+        );
+        assert_eq!(
+            code_of(WrapperError::LibraryNotFound),
+            NvmlCode::LIBRARY_NOT_FOUND
+        );
+        assert_eq!(
+            code_of(WrapperError::FunctionNotFound),
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+        // INSUFFICIENT_RESOURCES is newer than the wrapper's enum: the number survives.
+        assert_eq!(
+            code_of(WrapperError::UnexpectedVariant(23)),
+            NvmlCode::INSUFFICIENT_RESOURCES
+        );
+    }
+
+    #[test]
+    fn wrapper_only_errors_map_to_loader_codes_or_unknown() {
+        let symbol = WrapperError::FailedToLoadSymbol("nvmlDeviceGetMigMode".into());
+        assert_eq!(code_of(symbol), NvmlCode::FUNCTION_NOT_FOUND);
+        assert_eq!(code_of(WrapperError::GetPciInfoFailed), NvmlCode::UNKNOWN);
+        let bytes = vec![0xff_u8];
+        let bad_utf8 = std::str::from_utf8(&bytes).unwrap_err();
+        assert_eq!(
+            code_of(WrapperError::Utf8Error(bad_utf8)),
+            NvmlCode::UNKNOWN
+        );
+        let err = wrap("nvmlDeviceGetUUID")(WrapperError::GpuLost);
+        assert_eq!(
+            err,
+            NvmlError::new("nvmlDeviceGetUUID", NvmlCode::GPU_IS_LOST)
+        );
+    }
+
+    #[test]
+    fn telemetry_values_tolerate_unsupported_counters() {
+        assert_eq!(optional::<u32>("x", Err(WrapperError::NotSupported)), Ok(0));
+        let missing = WrapperError::FailedToLoadSymbol("x".into());
+        assert_eq!(optional::<u64>("x", Err(missing)), Ok(0));
+        assert_eq!(optional::<u32>("x", Ok(42)), Ok(42));
+        let lost = optional::<u32>("nvmlDeviceGetPowerUsage", Err(WrapperError::GpuLost));
+        assert_eq!(lost.unwrap_err().code, NvmlCode::GPU_IS_LOST);
+    }
+
+    #[test]
+    fn profiles_convert_from_the_v2_struct() {
+        let mut info = sys::nvmlGpuInstanceProfileInfo_v2_t {
+            version: raw::GPU_INSTANCE_PROFILE_INFO_V2,
+            id: 19,
+            isP2pSupported: 0,
+            sliceCount: 1,
+            instanceCount: 7,
+            multiprocessorCount: 16,
+            copyEngineCount: 1,
+            decoderCount: 1,
+            encoderCount: 0,
+            jpegCount: 1,
+            ofaCount: 0,
+            memorySizeMB: 16384,
+            name: [0; 96],
+        };
+        for (i, b) in b"MIG 1g.18gb".iter().enumerate() {
+            info.name[i] = *b as std::ffi::c_char;
+        }
+        let p = gpu_instance_profile(0, &info).unwrap();
+        assert_eq!(p.name.to_string(), "1g.18gb");
+        assert_eq!(
+            (p.id, p.slice_count, p.instance_count, p.memory_mib),
+            (19, 1, 7, 16384)
+        );
+        info.name = [0; 96];
+        assert!(
+            gpu_instance_profile(0, &info).is_none(),
+            "a nameless profile is left out"
+        );
+    }
+
+    #[test]
+    fn bus_ids_with_eight_digit_domains_parse() {
+        let a = parse_bus_id("x", "00000000:1B:00.0").unwrap();
+        assert_eq!(a.to_string(), "0000:1b:00.0");
+        assert_eq!(
+            parse_bus_id("x", "garbage").unwrap_err().code,
+            NvmlCode::UNKNOWN
+        );
+    }
+}
