@@ -284,8 +284,11 @@ pub trait Nvml: Send + Sync + fmt::Debug {
         gpu_instance_id: u32,
     ) -> NvmlResult<Vec<ComputeInstanceProfile>>;
     /// Existing compute instances of a GPU instance.
-    fn compute_instances(&self, index: u32, gpu_instance_id: u32)
-    -> NvmlResult<Vec<ComputeInstance>>;
+    fn compute_instances(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+    ) -> NvmlResult<Vec<ComputeInstance>>;
     /// Creates a compute instance of the given profile in a GPU instance.
     fn create_compute_instance(
         &self,
