@@ -1,0 +1,404 @@
+//! Reading one PCI function: identity, driver, IOMMU group, NUMA locality, link, SR-IOV.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use ids::{IommuGroupId, NumaNodeId, PciAddress, PciDeviceId, PciVendorId};
+use sysfs::{Sysfs, SysfsError, SysfsExt, error_chain};
+
+use crate::sriov::{SriovInfo, read_sriov};
+use crate::{PCI_DEVICES, VfioError, device_dir};
+
+/// PCIe link state. Each field is `None` when the kernel says `Unknown` or the file is absent.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PcieLink {
+    /// Current speed in GT/s (`16.0 GT/s PCIe` reads as 16.0).
+    pub current_speed_gts: Option<f32>,
+    /// Current number of lanes.
+    pub current_width: Option<u32>,
+    /// Highest speed the device supports, in GT/s.
+    pub max_speed_gts: Option<f32>,
+    /// Most lanes the device supports.
+    pub max_width: Option<u32>,
+}
+
+/// Where a device's NUMA node came from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaSource {
+    /// The device's own `numa_node`.
+    Device,
+    /// The device said `-1`; the node is that of this upstream bridge in its sysfs path.
+    Upstream(PciAddress),
+    /// Neither the device nor any upstream bridge knows.
+    Unknown,
+}
+
+/// One PCI function as sysfs shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PciDevice {
+    /// The function's address.
+    pub address: PciAddress,
+    /// Vendor id.
+    pub vendor: PciVendorId,
+    /// Device id.
+    pub device: PciDeviceId,
+    /// Subsystem vendor id.
+    pub subsystem_vendor: Option<PciVendorId>,
+    /// Subsystem device id.
+    pub subsystem_device: Option<PciDeviceId>,
+    /// Class code, e.g. `0x030200` (base class, subclass, programming interface).
+    pub class: u32,
+    /// The bound driver's name, `None` when unbound.
+    pub driver: Option<String>,
+    /// `driver_override`; the kernel's `(null)` is `None`.
+    pub driver_override: Option<String>,
+    /// IOMMU group, `None` without an IOMMU.
+    pub iommu_group: Option<IommuGroupId>,
+    /// NUMA node, see `numa_source` for where it came from.
+    pub numa_node: Option<NumaNodeId>,
+    /// Where `numa_node` came from.
+    pub numa_source: NumaSource,
+    /// PCIe link, `None` when the device has no link attributes.
+    pub link: Option<PcieLink>,
+    /// SR-IOV state, for a physical function.
+    pub sriov: Option<SriovInfo>,
+    /// The physical function, for a virtual function.
+    pub physfn: Option<PciAddress>,
+    /// Optional attributes that were missing or garbage, one sentence each.
+    pub problems: Vec<String>,
+}
+
+impl PciDevice {
+    /// A display controller (VGA `0x0300xx`, 3D `0x0302xx`), or a processing accelerator
+    /// (`0x1200xx`) from AMD or NVIDIA, which is how Instinct and some data-centre GPUs show up.
+    pub fn is_gpu(&self) -> bool {
+        let class = self.class >> 8;
+        let vendor_accel = matches!(self.vendor, PciVendorId::AMD | PciVendorId::NVIDIA);
+        matches!(class, 0x0300 | 0x0302) || (class == 0x1200 && vendor_accel)
+    }
+    /// An SR-IOV virtual function (it has a `physfn` link).
+    pub fn is_vf(&self) -> bool {
+        self.physfn.is_some()
+    }
+}
+
+/// The functions under `/sys/bus/pci/devices`, sorted. Entries that are not canonical PCI
+/// addresses (or not UTF-8) are returned as errors beside the rest.
+pub fn list_devices(fs: &dyn Sysfs) -> Result<(Vec<PciAddress>, Vec<VfioError>), VfioError> {
+    let dir = Path::new(PCI_DEVICES);
+    let (names, skipped) = fs.list_names(dir)?;
+    let mut errors: Vec<VfioError> = skipped.into_iter().map(VfioError::from).collect();
+    let mut found = Vec::new();
+    for name in names {
+        match canonical_address(&name) {
+            Ok(addr) => found.push(addr),
+            Err(reason) => errors.push(VfioError::BadDeviceName {
+                path: dir.join(&name),
+                reason,
+            }),
+        }
+    }
+    found.sort();
+    Ok((found, errors))
+}
+
+/// A device name parsed as a PCI address, only in the kernel's own spelling: a name in another
+/// spelling would make the paths built from the parsed address miss the entry.
+pub(crate) fn canonical_address(name: &str) -> Result<PciAddress, String> {
+    let addr: PciAddress = name.parse().map_err(|e: ids::IdError| e.to_string())?;
+    if addr.to_string() != name {
+        return Err(format!("the kernel spells it {addr}"));
+    }
+    Ok(addr)
+}
+
+/// Reads one function. Vendor, device and class are essential; everything else that is missing
+/// or garbage is recorded in `problems` and left `None`.
+pub fn read_device(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciDevice, VfioError> {
+    let dir = device_dir(addr);
+    if !fs.exists(&dir) {
+        return Err(VfioError::DeviceNotFound(addr));
+    }
+    let essential = |source| VfioError::Device {
+        address: addr,
+        source,
+    };
+    let vendor = fs.read_parse(&dir.join("vendor")).map_err(essential)?;
+    let device = fs.read_parse(&dir.join("device")).map_err(essential)?;
+    let class = read_class(fs, &dir.join("class")).map_err(essential)?;
+    let mut r = Reader {
+        fs,
+        dir,
+        problems: Vec::new(),
+    };
+    let (numa_node, numa_source) = read_numa(&mut r);
+    let mut dev = PciDevice {
+        address: addr,
+        vendor,
+        device,
+        subsystem_vendor: r.parsed("subsystem_vendor"),
+        subsystem_device: r.parsed("subsystem_device"),
+        class,
+        driver: r.link_name("driver"),
+        driver_override: r
+            .text("driver_override")
+            .filter(|s| !s.is_empty() && s != "(null)"),
+        iommu_group: r.link_parsed("iommu_group"),
+        numa_node,
+        numa_source,
+        link: read_pcie_link(&mut r),
+        sriov: None,
+        physfn: r.link_parsed("physfn"),
+        problems: Vec::new(),
+    };
+    dev.sriov = read_sriov(&mut r);
+    dev.problems = r.problems;
+    Ok(dev)
+}
+
+fn read_class(fs: &dyn Sysfs, path: &Path) -> Result<u32, SysfsError> {
+    let text = fs.read_text(path)?;
+    let digits = text.strip_prefix("0x").unwrap_or(&text);
+    let valid = !digits.is_empty() && digits.len() <= 6;
+    u32::from_str_radix(digits, 16)
+        .ok()
+        .filter(|_| valid)
+        .ok_or_else(|| SysfsError::parse(path, format!("{text:?} is not a 24-bit class code")))
+}
+
+/// Reads optional attributes of one device directory, collecting what goes wrong.
+pub(crate) struct Reader<'a> {
+    pub(crate) fs: &'a dyn Sysfs,
+    pub(crate) dir: PathBuf,
+    pub(crate) problems: Vec<String>,
+}
+
+impl Reader<'_> {
+    pub(crate) fn note(&mut self, err: &SysfsError) {
+        self.problems.push(error_chain(err));
+    }
+    fn noted<T>(&mut self, result: Result<Option<T>, SysfsError>) -> Option<T> {
+        result.unwrap_or_else(|e| {
+            self.note(&e);
+            None
+        })
+    }
+    pub(crate) fn exists(&self, name: &str) -> bool {
+        self.fs.exists(&self.dir.join(name))
+    }
+    pub(crate) fn text(&mut self, name: &str) -> Option<String> {
+        let result = self.fs.read_text_opt(&self.dir.join(name));
+        self.noted(result)
+    }
+    pub(crate) fn parsed<T: FromStr>(&mut self, name: &str) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        let result = self.fs.read_parse_opt(&self.dir.join(name));
+        self.noted(result)
+    }
+    pub(crate) fn link_name(&mut self, name: &str) -> Option<String> {
+        let result = self.fs.link_name_opt(&self.dir.join(name));
+        self.noted(result)
+    }
+    /// The name a link points to, parsed (`iommu_group` → 42, `physfn` → a PCI address).
+    pub(crate) fn link_parsed<T: FromStr>(&mut self, name: &str) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        let path = self.dir.join(name);
+        let target = self.link_name(name)?;
+        let parsed = target.parse::<T>().map_err(|e| {
+            SysfsError::parse(&path, format!("link target {target:?} is not valid: {e}"))
+        });
+        self.noted(parsed.map(Some))
+    }
+}
+
+fn read_numa(r: &mut Reader<'_>) -> (Option<NumaNodeId>, NumaSource) {
+    let path = r.dir.join("numa_node");
+    match r.parsed::<i64>("numa_node") {
+        Some(-1) => upstream_numa(r),
+        Some(n) => match u16::try_from(n) {
+            Ok(n) => (Some(NumaNodeId(n)), NumaSource::Device),
+            Err(_) => {
+                r.note(&SysfsError::parse(&path, format!("{n} is not a NUMA node")));
+                (None, NumaSource::Unknown)
+            }
+        },
+        None => (None, NumaSource::Unknown),
+    }
+}
+
+/// Firmware often leaves `numa_node` at -1 on endpoints while the root port or bridge above
+/// knows it: take the nearest PCI ancestor in the resolved device path that has a node.
+fn upstream_numa(r: &mut Reader<'_>) -> (Option<NumaNodeId>, NumaSource) {
+    let real = match r.fs.resolve_link(&r.dir) {
+        Ok(p) => p,
+        Err(e) => {
+            r.note(&e);
+            return (None, NumaSource::Unknown);
+        }
+    };
+    for ancestor in real.ancestors().skip(1) {
+        let Some(bridge) = ancestor.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Ok(bridge) = bridge.parse::<PciAddress>() else {
+            continue;
+        };
+        match r.fs.read_parse_opt::<i64>(&ancestor.join("numa_node")) {
+            Ok(Some(n)) => {
+                if let Ok(n) = u16::try_from(n) {
+                    return (Some(NumaNodeId(n)), NumaSource::Upstream(bridge));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => r.note(&e),
+        }
+    }
+    (None, NumaSource::Unknown)
+}
+
+const LINK_FILES: [&str; 4] = [
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+];
+
+fn read_pcie_link(r: &mut Reader<'_>) -> Option<PcieLink> {
+    if !LINK_FILES.iter().any(|f| r.exists(f)) {
+        return None;
+    }
+    Some(PcieLink {
+        current_speed_gts: link_value(r, "current_link_speed", parse_speed),
+        current_width: link_value(r, "current_link_width", parse_width),
+        max_speed_gts: link_value(r, "max_link_speed", parse_speed),
+        max_width: link_value(r, "max_link_width", parse_width),
+    })
+}
+
+fn link_value<T>(
+    r: &mut Reader<'_>,
+    name: &str,
+    parse: fn(&str) -> Result<Option<T>, String>,
+) -> Option<T> {
+    let text = r.text(name)?;
+    match parse(&text) {
+        Ok(v) => v,
+        Err(why) => {
+            r.note(&SysfsError::parse(
+                r.dir.join(name),
+                format!("{text:?}: {why}"),
+            ));
+            None
+        }
+    }
+}
+
+/// `16.0 GT/s PCIe` (kernel 5.x+), `16 GT/s` (older), `Unknown`.
+fn parse_speed(text: &str) -> Result<Option<f32>, String> {
+    if text.starts_with("Unknown") {
+        return Ok(None);
+    }
+    let mut words = text.split_whitespace();
+    let (number, unit) = (words.next().unwrap_or(""), words.next());
+    if unit != Some("GT/s") {
+        return Err("expected a speed in GT/s".to_owned());
+    }
+    match number.parse::<f32>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+        _ => Err(format!("{number:?} is not a speed")),
+    }
+}
+
+fn parse_width(text: &str) -> Result<Option<u32>, String> {
+    if text.starts_with("Unknown") {
+        return Ok(None);
+    }
+    let digits = text.strip_prefix('x').unwrap_or(text);
+    digits
+        .parse::<u32>()
+        .map(Some)
+        .map_err(|_| "expected a lane count".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speeds() {
+        assert_eq!(parse_speed("16.0 GT/s PCIe"), Ok(Some(16.0)));
+        assert_eq!(parse_speed("2.5 GT/s PCIe"), Ok(Some(2.5)));
+        assert_eq!(parse_speed("16 GT/s"), Ok(Some(16.0)));
+        assert_eq!(parse_speed("Unknown"), Ok(None));
+        assert_eq!(parse_speed("Unknown speed"), Ok(None));
+        for bad in [
+            "",
+            "fast",
+            "16.0",
+            "16.0 Gb/s",
+            "NaN GT/s",
+            "-8 GT/s",
+            "inf GT/s",
+        ] {
+            assert!(parse_speed(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn widths() {
+        assert_eq!(parse_width("16"), Ok(Some(16)));
+        assert_eq!(parse_width("x8"), Ok(Some(8)));
+        assert_eq!(parse_width("Unknown"), Ok(None));
+        assert!(parse_width("wide").is_err());
+        assert!(parse_width("-1").is_err());
+    }
+
+    #[test]
+    fn canonical_names_only() {
+        assert!(canonical_address("0000:41:00.0").is_ok());
+        assert!(
+            canonical_address("0000:AB:00.0")
+                .unwrap_err()
+                .contains("0000:ab:00.0")
+        );
+        assert!(canonical_address("pci0000:00").is_err());
+    }
+
+    fn dev(vendor: PciVendorId, class: u32) -> PciDevice {
+        PciDevice {
+            address: "0000:41:00.0".parse().unwrap(),
+            vendor,
+            device: PciDeviceId(0x2335),
+            subsystem_vendor: None,
+            subsystem_device: None,
+            class,
+            driver: None,
+            driver_override: None,
+            iommu_group: None,
+            numa_node: None,
+            numa_source: NumaSource::Unknown,
+            link: None,
+            sriov: None,
+            physfn: None,
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn gpu_classes() {
+        assert!(dev(PciVendorId(0x8086), 0x030000).is_gpu());
+        assert!(dev(PciVendorId::NVIDIA, 0x030200).is_gpu());
+        assert!(dev(PciVendorId::AMD, 0x120000).is_gpu());
+        assert!(dev(PciVendorId::NVIDIA, 0x120001).is_gpu());
+        assert!(!dev(PciVendorId(0x8086), 0x120000).is_gpu());
+        assert!(!dev(PciVendorId::NVIDIA, 0x040300).is_gpu()); // HDMI audio function
+        assert!(!dev(PciVendorId::NVIDIA, 0x068000).is_gpu()); // NVSwitch bridge
+        assert!(!dev(PciVendorId::NVIDIA, 0x030200).is_vf());
+    }
+}

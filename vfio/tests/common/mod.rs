@@ -1,0 +1,279 @@
+//! Fixture hosts for the vfio tests: PCI trees laid out as the kernel lays them out, and a
+//! [`Probe`] around the fixture's sysfs that records writes in order and injects failures.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use sysfs::fixture::Tree;
+use sysfs::{Op, RealSysfs, Sysfs, SysfsError};
+use tempfile::TempDir;
+
+/// The relative link target the kernel would store in `from_dir` for `to` (both absolute).
+pub fn relative(from_dir: &str, to: &str) -> String {
+    let from: Vec<&str> = from_dir.split('/').filter(|c| !c.is_empty()).collect();
+    let to: Vec<&str> = to.split('/').filter(|c| !c.is_empty()).collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut parts = vec![".."; from.len() - common];
+    parts.extend(&to[common..]);
+    parts.join("/")
+}
+
+/// A fixture host under a temporary directory.
+pub struct Host {
+    pub dir: TempDir,
+    pub tree: Tree,
+}
+
+impl Host {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = Tree::new(dir.path());
+        tree.file("/sys/bus/pci/drivers_probe", "");
+        Self { dir, tree }
+    }
+
+    pub fn fs(&self) -> RealSysfs {
+        RealSysfs::new(self.dir.path())
+    }
+
+    pub fn probe(&self) -> Probe {
+        Probe::new(self.fs())
+    }
+
+    /// Links `link` (absolute) to `target` (absolute) with a kernel-style relative target.
+    pub fn link(&self, link: &str, target: &str) {
+        let (dir, _) = link.rsplit_once('/').unwrap();
+        self.tree.link(link, &relative(dir, target));
+    }
+
+    /// A PCI function at `/sys/devices/<path>` (e.g. `pci0000:40/0000:40:01.1/0000:41:00.0`),
+    /// linked from `/sys/bus/pci/devices`, with vendor, device, class and the usual attributes.
+    pub fn pci(&self, path: &str, vendor: &str, device: &str, class: &str) -> Dev<'_> {
+        let sys = format!("/sys/devices/{path}");
+        let addr = path.rsplit('/').next().unwrap().to_owned();
+        let dev = Dev {
+            host: self,
+            sys,
+            addr,
+        };
+        self.link(&format!("/sys/bus/pci/devices/{}", dev.addr), &dev.sys);
+        dev.attr("vendor", vendor)
+            .attr("device", device)
+            .attr("class", class)
+            .attr("subsystem_vendor", vendor)
+            .attr("subsystem_device", "0x1234")
+            .attr("driver_override", "(null)")
+            .attr("numa_node", "-1")
+            .attr("remove", "");
+        dev
+    }
+
+    /// A PCIe root port / bridge at `/sys/devices/<path>` on NUMA node `numa`.
+    pub fn bridge(&self, path: &str, numa: &str) -> Dev<'_> {
+        let dev = self.pci(path, "0x1022", "0x1483", "0x060400");
+        dev.attr("numa_node", numa).driver("pcieport");
+        dev
+    }
+
+    /// A 2-socket host: root port 0000:40:01.1 (firmware says node 1) with an NVIDIA H200 at
+    /// 0000:41:00.0 whose own `numa_node` is -1, bound to `nvidia`, IOMMU group 40; and an
+    /// Intel NIC at 0000:00:1f.6 on node 0, unbound, group 12.
+    pub fn two_socket() -> Self {
+        let host = Self::new();
+        host.bridge("pci0000:40/0000:40:01.1", "1").iommu_group(40);
+        host.pci(
+            "pci0000:40/0000:40:01.1/0000:41:00.0",
+            "0x10de",
+            "0x2335",
+            "0x030200",
+        )
+        .driver("nvidia")
+        .iommu_group(40)
+        .attr("local_cpulist", "32-63,96-127")
+        .link_attrs("32.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16");
+        host.pci("pci0000:00/0000:00:1f.6", "0x8086", "0x15fa", "0x020000")
+            .attr("numa_node", "0")
+            .iommu_group(12);
+        host
+    }
+}
+
+/// A PCI function of a fixture host.
+pub struct Dev<'a> {
+    pub host: &'a Host,
+    /// `/sys/devices/...`
+    pub sys: String,
+    pub addr: String,
+}
+
+impl Dev<'_> {
+    pub fn attr(&self, name: &str, value: &str) -> &Self {
+        self.host
+            .tree
+            .file(&format!("{}/{name}", self.sys), &format!("{value}\n"));
+        self
+    }
+
+    pub fn no_attr(&self, name: &str) -> &Self {
+        let path = self
+            .host
+            .dir
+            .path()
+            .join(format!("{}/{name}", self.sys).trim_start_matches('/'));
+        let _ = std::fs::remove_file(path);
+        self
+    }
+
+    /// Binds to `driver` (link into `/sys/bus/pci/drivers/<driver>` with bind/unbind files).
+    pub fn driver(&self, driver: &str) -> &Self {
+        let drv = format!("/sys/bus/pci/drivers/{driver}");
+        self.host.tree.file(&format!("{drv}/bind"), "");
+        self.host.tree.file(&format!("{drv}/unbind"), "");
+        self.host.link(&format!("{}/driver", self.sys), &drv);
+        self.host.link(&format!("{drv}/{}", self.addr), &self.sys);
+        self
+    }
+
+    pub fn iommu_group(&self, n: u32) -> &Self {
+        let group = format!("/sys/kernel/iommu_groups/{n}");
+        self.host.tree.dir(&format!("{group}/devices"));
+        self.host.link(&format!("{}/iommu_group", self.sys), &group);
+        self.host
+            .link(&format!("{group}/devices/{}", self.addr), &self.sys);
+        self
+    }
+
+    pub fn link_attrs(&self, speed: &str, width: &str, max_speed: &str, max_width: &str) -> &Self {
+        self.attr("current_link_speed", speed)
+            .attr("current_link_width", width)
+            .attr("max_link_speed", max_speed)
+            .attr("max_link_width", max_width)
+    }
+
+    /// Makes this function an SR-IOV PF with `total` VFs, of which `vfs` (sibling addresses
+    /// under the same parent) are enabled and linked both ways, in the given order.
+    pub fn sriov(&self, total: u32, vfs: &[&str]) -> &Self {
+        self.attr("sriov_totalvfs", &total.to_string());
+        self.attr("sriov_numvfs", &vfs.len().to_string());
+        let parent = self.sys.rsplit_once('/').unwrap().0;
+        for (i, vf) in vfs.iter().enumerate() {
+            let vf_sys = format!("{parent}/{vf}");
+            let vf_path = vf_sys.strip_prefix("/sys/devices/").unwrap();
+            let dev = self.host.pci(vf_path, "0x10de", "0x2336", "0x030200");
+            self.host.link(&format!("{}/virtfn{i}", self.sys), &vf_sys);
+            self.host.link(&format!("{}/physfn", dev.sys), &self.sys);
+        }
+        self
+    }
+}
+
+type Hook = Box<dyn Fn(&Path, &str) + Send + Sync>;
+
+/// The fixture's sysfs with a log of writes, injected errors, and a hook run after each
+/// successful write (to play the kernel's part where a test needs it, e.g. the driver link
+/// changing after `drivers_probe`).
+pub struct Probe {
+    inner: RealSysfs,
+    writes: Mutex<Vec<(PathBuf, String)>>,
+    write_errors: Mutex<Vec<(PathBuf, i32)>>,
+    denied: Mutex<Vec<PathBuf>>,
+    hook: Option<Hook>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Probe {
+    pub fn new(inner: RealSysfs) -> Self {
+        Self {
+            inner,
+            writes: Mutex::default(),
+            write_errors: Mutex::default(),
+            denied: Mutex::default(),
+            hook: None,
+        }
+    }
+
+    pub fn on_write(mut self, hook: impl Fn(&Path, &str) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Box::new(hook));
+        self
+    }
+
+    /// The next writes to `path` fail with `errno`.
+    pub fn fail_write(&self, path: &str, errno: i32) -> &Self {
+        self.write_errors
+            .lock()
+            .unwrap()
+            .push((PathBuf::from(path), errno));
+        self
+    }
+
+    /// Reads, links and listings strictly below `path` fail with EACCES.
+    pub fn deny_below(&self, path: &str) -> &Self {
+        self.denied.lock().unwrap().push(PathBuf::from(path));
+        self
+    }
+
+    /// The writes so far: (host path, value).
+    pub fn writes(&self) -> Vec<(String, String)> {
+        let log = self.writes.lock().unwrap();
+        log.iter()
+            .map(|(p, v)| (p.display().to_string(), v.clone()))
+            .collect()
+    }
+
+    fn check_denied(&self, op: Op, path: &Path) -> Result<(), SysfsError> {
+        let denied = self.denied.lock().unwrap();
+        if denied.iter().any(|d| path.starts_with(d) && path != d) {
+            return Err(SysfsError::errno_of(op, path, libc::EACCES));
+        }
+        Ok(())
+    }
+}
+
+impl Sysfs for Probe {
+    fn read(&self, path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
+        self.check_denied(Op::Read, path)?;
+        self.inner.read(path, limit)
+    }
+    fn write(&self, path: &Path, data: &[u8]) -> Result<(), SysfsError> {
+        let value = String::from_utf8_lossy(data).into_owned();
+        self.writes
+            .lock()
+            .unwrap()
+            .push((path.to_owned(), value.clone()));
+        let injected = self
+            .write_errors
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|e| e.1);
+        if let Some(errno) = injected {
+            return Err(SysfsError::errno_of(Op::Write, path, errno));
+        }
+        self.inner.write(path, data)?;
+        if let Some(hook) = &self.hook {
+            hook(path, &value);
+        }
+        Ok(())
+    }
+    fn read_link(&self, path: &Path) -> Result<PathBuf, SysfsError> {
+        self.check_denied(Op::ReadLink, path)?;
+        self.inner.read_link(path)
+    }
+    fn list_dir(&self, path: &Path) -> Result<Vec<OsString>, SysfsError> {
+        self.check_denied(Op::ListDir, path)?;
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+}
