@@ -8,6 +8,7 @@
 //! Only primitive operations: no policy (which placement to pick), no agent state.
 
 pub mod amd;
+pub mod amd_real;
 pub mod nvml;
 pub mod nvml_real;
 
