@@ -215,8 +215,9 @@ impl Probe {
         self
     }
 
-    /// Reads, links and listings strictly below `path` fail with EACCES.
-    pub fn deny_below(&self, path: &str) -> &Self {
+    /// Reads, links and listings of `path` and everything below it fail with EACCES, as for a
+    /// directory without read and search permission.
+    pub fn deny(&self, path: &str) -> &Self {
         self.denied.lock().unwrap().push(PathBuf::from(path));
         self
     }
@@ -231,7 +232,7 @@ impl Probe {
 
     fn check_denied(&self, op: Op, path: &Path) -> Result<(), SysfsError> {
         let denied = self.denied.lock().unwrap();
-        if denied.iter().any(|d| path.starts_with(d) && path != d) {
+        if denied.iter().any(|d| path.starts_with(d)) {
             return Err(SysfsError::errno_of(op, path, libc::EACCES));
         }
         Ok(())
