@@ -9,6 +9,7 @@
 
 pub mod amd;
 pub mod amd_real;
+pub mod amd_sysfs;
 pub mod nvml;
 pub mod nvml_real;
 
