@@ -162,7 +162,7 @@ impl AmdSmi for AmdSmiLibrary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn assert_send_sync<T: Send + Sync>() {}
@@ -186,6 +186,105 @@ mod tests {
     fn load_from_missing_path_is_fail_load_module() {
         let err = AmdSmiLibrary::load_from("/nonexistent/libamd_smi.so").unwrap_err();
         assert_eq!(err.status, AmdStatus::FAIL_LOAD_MODULE);
+    }
+
+    /// A stand-in `libamd_smi.so` with two GPUs on one socket; it has no memory-partition call,
+    /// as on a library older than the call.
+    const STUB_AMD_SMI: &str = r#"
+        #include <string.h>
+        typedef unsigned long long u64;
+        static int socket0, gpu0, gpu1;
+        int amdsmi_init(u64 flags) { return flags == 2 ? 0 : 1; }
+        int amdsmi_shut_down(void) { return 0; }
+        int amdsmi_get_socket_handles(unsigned *c, void **h) {
+            if (h) { if (*c < 1) return 41; h[0] = &socket0; }
+            *c = 1;
+            return 0;
+        }
+        int amdsmi_get_processor_handles(void *s, unsigned *c, void **h) {
+            if (s != &socket0) return 1;
+            if (h) { if (*c < 2) return 41; h[0] = &gpu1; h[1] = &gpu0; }
+            *c = 2;
+            return 0;
+        }
+        int amdsmi_get_processor_type(void *p, unsigned *t) { *t = 1; return 0; }
+        int amdsmi_get_gpu_device_bdf(void *p, u64 *b) {
+            *b = p == &gpu0 ? (0xc1u << 8) : ((u64)2 << 16) | (0x41u << 8) | (1u << 3);
+            return 0;
+        }
+        int amdsmi_get_gpu_device_uuid(void *p, unsigned *len, char *u) {
+            if (*len < 38) return 1;
+            strcpy(u, p == &gpu0 ? "1cff74a1-0000-1000-80ff-c10000000000" : "");
+            return 0;
+        }
+        int amdsmi_get_gpu_asic_info(void *p, char *info) {
+            strcpy(info, p == &gpu0 ? "AMD Instinct MI300X" : "N/A");
+            memset(info + 256, 0x7f, 600); /* the rest of a large struct */
+            return 0;
+        }
+        int amdsmi_get_gpu_memory_total(void *p, unsigned type, u64 *v) {
+            if (type != 0) return 2;
+            *v = 206158430208ULL;
+            return 0;
+        }
+        int amdsmi_get_gpu_compute_partition(void *p, char *b, unsigned len) {
+            if (len < 5) return 1;
+            strcpy(b, "CPX");
+            return 0;
+        }
+    "#;
+
+    /// Builds the stub with `cc` (present wherever Rust links) into `dir`.
+    pub(crate) fn stub_amd_smi(dir: &Path) -> std::path::PathBuf {
+        let source = dir.join("stub.c");
+        let library = dir.join("libamd_smi.so");
+        std::fs::write(&source, STUB_AMD_SMI).unwrap();
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .status()
+            .expect("run cc to build the AMD SMI stub");
+        assert!(status.success(), "cc failed to build the AMD SMI stub");
+        library
+    }
+
+    #[test]
+    fn stub_discovery_and_unsupported_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let amd = AmdSmiLibrary::load_from(stub_amd_smi(dir.path())).unwrap();
+        let gpus = amd.gpus().unwrap();
+        assert_eq!(gpus.len(), 2);
+        let mi300x = &gpus[0];
+        assert_eq!(mi300x.pci_address.to_string(), "0000:c1:00.0");
+        assert_eq!(mi300x.name, "AMD Instinct MI300X");
+        assert_eq!(
+            mi300x.uuid.as_deref(),
+            Some("1cff74a1-0000-1000-80ff-c10000000000")
+        );
+        assert_eq!(mi300x.memory_total_mib, 196_608);
+        let other = &gpus[1];
+        assert_eq!(other.pci_address.to_string(), "0002:41:01.0");
+        assert_eq!((other.name.as_str(), other.uuid.clone()), ("AMD GPU", None));
+        // No memory-partition symbol: NOT_SUPPORTED naming the call, not a crash.
+        let err = amd.partition(mi300x.pci_address).unwrap_err();
+        assert_eq!(
+            err,
+            AmdError::new("amdsmi_get_gpu_memory_partition", AmdStatus::NOT_SUPPORTED)
+        );
+        let absent: PciAddress = "0000:99:00.0".parse().unwrap();
+        assert_eq!(
+            amd.partition(absent).unwrap_err().status,
+            AmdStatus::NOT_FOUND
+        );
+        assert_eq!(
+            amd.num_vf(absent).unwrap_err().status,
+            AmdStatus::NOT_SUPPORTED
+        );
+        let err = amd
+            .set_compute_partition(mi300x.pci_address, "SPX")
+            .unwrap_err();
+        assert_eq!(err.status, AmdStatus::NOT_SUPPORTED);
     }
 
     #[test]

@@ -874,6 +874,38 @@ mod tests {
     }
 
     #[test]
+    fn library_backend_falls_back_to_sysfs_where_it_cannot_answer() {
+        let (dir, _tree) = mi300x_host();
+        let lib_dir = tempfile::tempdir().unwrap();
+        let lib = AmdSmiLibrary::load_from(crate::amd_real::tests::stub_amd_smi(lib_dir.path()));
+        let (kernel, sysfs) = over_kernel(Kernel::new(dir.path()));
+        let backend = LibraryWithSysfs {
+            lib: lib.unwrap(),
+            sysfs,
+        };
+        let gpus = backend.gpus().unwrap();
+        let addresses: Vec<_> = gpus.iter().map(|g| g.pci_address.to_string()).collect();
+        assert_eq!(addresses, ["0000:c1:00.0", "0002:41:01.0"]);
+        assert_eq!(
+            gpus[0].uuid.as_deref(),
+            Some("1cff74a1-0000-1000-80ff-c10000000000")
+        );
+        assert_eq!(gpus[0].memory_total_mib, 196_608);
+        assert_eq!(
+            backend.num_vf(pf()).unwrap(),
+            VfCount {
+                enabled: 0,
+                supported: 8
+            }
+        );
+        assert_eq!(backend.partition(pf()).unwrap().compute_available.len(), 4);
+        backend.set_compute_partition(pf(), "DPX").unwrap();
+        backend.set_num_vf(pf(), 8).unwrap();
+        let writes: Vec<_> = kernel.writes().into_iter().map(|(_, v)| v).collect();
+        assert_eq!(writes, ["DPX", "8"]);
+    }
+
+    #[test]
     fn backend_without_the_library_is_sysfs() {
         if Path::new("/opt/rocm/lib/libamd_smi.so").exists() {
             return;

@@ -28,7 +28,7 @@ const MIB: u64 = 1024 * 1024;
 /// NVML's return code for an nvml-wrapper error. The wrapper's own failures have no NVML code:
 /// a library that would not load is `LIBRARY_NOT_FOUND`, a missing symbol `FUNCTION_NOT_FOUND`,
 /// the rest (bad UTF-8 and the like) `UNKNOWN`. Codes newer than the wrapper keep their number.
-pub fn code_of(err: WrapperError) -> NvmlCode {
+pub(crate) fn code_of(err: WrapperError) -> NvmlCode {
     match err {
         WrapperError::LibloadingError(_) => NvmlCode::LIBRARY_NOT_FOUND,
         WrapperError::FailedToLoadSymbol(_) => NvmlCode::FUNCTION_NOT_FOUND,
@@ -40,7 +40,8 @@ fn wrap(call: &'static str) -> impl FnOnce(WrapperError) -> NvmlError {
     move |err| NvmlError::new(call, code_of(err))
 }
 
-fn is_skippable_profile(err: &NvmlError) -> bool {
+/// NVML's answer for an index (profile, link) the GPU does not have.
+fn is_not_applicable(err: &NvmlError) -> bool {
     err.code == NvmlCode::NOT_SUPPORTED || err.code == NvmlCode::INVALID_ARGUMENT
 }
 
@@ -154,7 +155,7 @@ impl NvmlLibrary {
         for index in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
             match gi.compute_instance_profile(index) {
                 Ok(info) => out.push(compute_instance_profile(index, &info)),
-                Err(e) if is_skippable_profile(&e) => {}
+                Err(e) if is_not_applicable(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -163,20 +164,28 @@ impl NvmlLibrary {
 
     /// The address at the far end of an active link, when that is a GPU.
     fn nvlink_peer(&self, device: &Device<'_>, link: u32) -> NvmlResult<Option<PciAddress>> {
-        const CALL: &str = "nvmlDeviceGetNvLinkRemotePciInfo_v2";
+        // The type first: an NVSwitch's PCI info is not worth reading (nor trusting).
+        let kind = raw::nvlink_remote_device_type(device, link);
+        if kind == Ok(raw::NVLINK_REMOTE_SWITCH) {
+            return Ok(None);
+        }
         let nvlink = device.link_wrapper_for(link);
-        let remote = nvlink.remote_pci_info().map_err(wrap(CALL))?;
-        let address = parse_bus_id(CALL, &remote.bus_id)?;
-        let is_gpu = match raw::nvlink_remote_device_type(device, link) {
+        let remote = nvlink
+            .remote_pci_info()
+            .map_err(wrap("nvmlDeviceGetNvLinkRemotePciInfo_v2"))?;
+        let is_gpu = match kind {
             Ok(raw::NVLINK_REMOTE_GPU) => true,
-            Ok(raw::NVLINK_REMOTE_SWITCH) => false,
             // Unknown type, or a driver without the query: a GPU is one NVML knows.
             _ => self
                 .nvml
                 .device_by_pci_bus_id(remote.bus_id.as_str())
                 .is_ok(),
         };
-        Ok(is_gpu.then_some(address))
+        if !is_gpu {
+            return Ok(None);
+        }
+        // A peer whose address does not parse is logged and left out, not fatal to the rest.
+        Ok(parse_bus_id("nvmlDeviceGetNvLinkRemotePciInfo_v2", &remote.bus_id).ok())
     }
 }
 
@@ -233,7 +242,7 @@ impl Nvml for NvmlLibrary {
         for profile_index in 0..sys::NVML_GPU_INSTANCE_PROFILE_COUNT {
             match raw::gpu_instance_profile(&device, profile_index) {
                 Ok(info) => out.extend(gpu_instance_profile(profile_index, &info)),
-                Err(e) if is_skippable_profile(&e) => {}
+                Err(e) if is_not_applicable(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -382,7 +391,12 @@ impl Nvml for NvmlLibrary {
             .vgpu_supported_types()
             .map_err(wrap("nvmlDeviceGetSupportedVgpus"))
         {
-            Err(e) if e.code == NvmlCode::NOT_SUPPORTED => return Ok(Vec::new()),
+            // A driver without vGPU support says so either way.
+            Err(e)
+                if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND =>
+            {
+                return Ok(Vec::new());
+            }
             other => other?,
         };
         let mut out = Vec::new();
@@ -412,11 +426,16 @@ impl Nvml for NvmlLibrary {
         let mut peers = Vec::new();
         for link in 0..sys::NVML_NVLINK_MAX_LINKS {
             let active = device.link_wrapper_for(link).is_active();
-            match active.map_err(wrap("nvmlDeviceGetNvLinkState")) {
-                Ok(true) => peers.extend(self.nvlink_peer(&device, link)?),
-                Ok(false) => {}
-                // No NVLink on this GPU, or fewer links than the maximum.
-                Err(e) if is_skippable_profile(&e) => {}
+            let peer = match active.map_err(wrap("nvmlDeviceGetNvLinkState")) {
+                Ok(true) => self.nvlink_peer(&device, link),
+                Ok(false) => continue,
+                Err(e) => Err(e),
+            };
+            match peer {
+                Ok(peer) => peers.extend(peer),
+                // No NVLink on this GPU, fewer links than the maximum, or a link NVML cannot
+                // describe.
+                Err(e) if is_not_applicable(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -592,6 +611,191 @@ mod tests {
             gpu_instance_profile(0, &info).is_none(),
             "a nameless profile is left out"
         );
+    }
+
+    /// A stand-in `libnvidia-ml.so.1` with a handful of functions: enough to drive the real
+    /// loading, error and raw-call paths without a GPU. Every other symbol is missing, as on a
+    /// driver older than the call.
+    const STUB_NVML: &str = r#"
+        typedef struct { unsigned start, size; } placement_t;
+        typedef struct {
+            unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+                copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+            unsigned long long memorySizeMB;
+            char name[96];
+        } gi_profile_v2_t;
+        typedef struct { void *device; unsigned id, profileId; placement_t placement; } gi_info_t;
+        static int gpu, gi;
+        int nvmlInit_v2(void) { return INIT_RESULT; }
+        int nvmlShutdown(void) { return 0; }
+        int nvmlDeviceGetCount_v2(unsigned *c) { *c = 1; return 0; }
+        int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) {
+            if (i != 0) return 2;
+            *d = &gpu;
+            return 0;
+        }
+        int nvmlDeviceGetGpuInstanceProfileInfoV(void *d, unsigned p, gi_profile_v2_t *info) {
+            if (info->version != (sizeof(*info) | (2u << 24))) return 25;
+            if (p == 1) return 3;
+            if (p != 0) return 2;
+            info->id = 19; info->sliceCount = 1; info->instanceCount = 7;
+            info->memorySizeMB = 16384;
+            const char *n = "MIG 1g.18gb";
+            for (int i = 0; n[i]; i++) info->name[i] = n[i];
+            return 0;
+        }
+        int nvmlDeviceGetGpuInstancePossiblePlacements_v2(void *d, unsigned p, placement_t *pl,
+                                                         unsigned *c) {
+            *c = 7;
+            if (pl) for (unsigned i = 0; i < 7; i++) { pl[i].start = i; pl[i].size = 1; }
+            return 0;
+        }
+        int nvmlDeviceGetGpuInstanceRemainingCapacity(void *d, unsigned p, unsigned *c) {
+            *c = 6;
+            return p == 19 ? 0 : 2;
+        }
+        int nvmlDeviceGetGpuInstances(void *d, unsigned p, void **gis, unsigned *c) {
+            *c = 0;
+            if (p == 19) { gis[0] = &gi; *c = 1; }
+            return 0;
+        }
+        int nvmlGpuInstanceGetInfo(void *g, gi_info_t *info) {
+            info->device = &gpu; info->id = 1; info->profileId = 19;
+            info->placement.start = 2; info->placement.size = 1;
+            return 0;
+        }
+    "#;
+
+    /// Builds the stub with `cc` (present wherever Rust links) into `dir`.
+    fn stub_nvml(dir: &Path, init_result: u32) -> std::path::PathBuf {
+        let source = dir.join("stub.c");
+        let library = dir.join("libnvidia-ml.so.1");
+        std::fs::write(&source, STUB_NVML).unwrap();
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&library)
+            .arg(format!("-DINIT_RESULT={init_result}"))
+            .arg(&source)
+            .status()
+            .expect("run cc to build the NVML stub");
+        assert!(status.success(), "cc failed to build the NVML stub");
+        library
+    }
+
+    #[test]
+    fn stub_driver_not_loaded_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = NvmlLibrary::load_from(stub_nvml(dir.path(), 9)).unwrap_err();
+        assert_eq!(
+            err,
+            NvmlError::new("nvmlInit_v2", NvmlCode::DRIVER_NOT_LOADED)
+        );
+    }
+
+    #[test]
+    fn stub_raw_mig_calls_and_missing_symbols() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvml = NvmlLibrary::load_from(stub_nvml(dir.path(), 0)).unwrap();
+        assert_eq!(nvml.device_count(), Ok(1));
+        assert_eq!(
+            nvml.mig_mode(1).unwrap_err().code,
+            NvmlCode::INVALID_ARGUMENT
+        );
+        // The struct version matched the C sizeof, NOT_SUPPORTED and INVALID_ARGUMENT skipped.
+        let profiles = nvml.gpu_instance_profiles(0).unwrap();
+        assert_eq!(profiles.len(), 1);
+        assert_eq!(
+            (profiles[0].id, profiles[0].name.to_string()),
+            (19, "1g.18gb".to_owned())
+        );
+        let placements = nvml.gpu_instance_possible_placements(0, 19).unwrap();
+        assert_eq!(placements.len(), 7);
+        assert_eq!(placements[6], Placement { start: 6, size: 1 });
+        assert_eq!(nvml.gpu_instance_remaining_capacity(0, 19), Ok(6));
+        let err = nvml.gpu_instance_remaining_capacity(0, 99).unwrap_err();
+        assert_eq!(err.code, NvmlCode::INVALID_ARGUMENT);
+        let gis = nvml.gpu_instances(0).unwrap();
+        let expected = GpuInstance {
+            id: 1,
+            profile_id: 19,
+            placement: Placement { start: 2, size: 1 },
+        };
+        assert_eq!(gis, [expected]);
+        // Symbols the stub lacks: an error naming the call, never a panic.
+        let err = nvml
+            .create_gpu_instance(0, 19, Placement { start: 0, size: 1 })
+            .unwrap_err();
+        assert_eq!(
+            err,
+            NvmlError::new(
+                "nvmlDeviceCreateGpuInstanceWithPlacement",
+                NvmlCode::FUNCTION_NOT_FOUND
+            )
+        );
+        assert_eq!(
+            nvml.destroy_gpu_instance(0, 1).unwrap_err().code,
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+        assert_eq!(
+            nvml.compute_instances(0, 1).unwrap_err().code,
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+        assert_eq!(
+            nvml.device_info(0).unwrap_err().code,
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+        assert_eq!(
+            nvml.mig_mode(0).unwrap_err().code,
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+        assert_eq!(nvml.supported_vgpu_types(0), Ok(Vec::new()));
+        assert_eq!(
+            nvml.nvlink_peers(0).unwrap_err().code,
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+        let telemetry = nvml.telemetry(0).unwrap();
+        assert_eq!(telemetry, Telemetry::default());
+        let err = nvml.wait_xid_event(1).unwrap_err();
+        assert_eq!(
+            err,
+            NvmlError::new("nvmlEventSetCreate", NvmlCode::FUNCTION_NOT_FOUND)
+        );
+    }
+
+    /// Tier 4: read-only calls on a real GPU (`cargo test -p gpu -- --ignored real_gpu
+    /// --nocapture`). Changes nothing on the GPU: no MIG mode change, no instance created.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and driver"]
+    fn real_gpu_read_only_probe() {
+        let nvml = NvmlLibrary::load().unwrap();
+        println!("driver {}", nvml.driver_version().unwrap());
+        let count = nvml.device_count().unwrap();
+        assert!(count >= 1);
+        for index in 0..count {
+            let info = nvml.device_info(index).unwrap();
+            println!("{info:?}");
+            assert!(info.uuid.starts_with("GPU-"), "{info:?}");
+            assert!(info.memory_total_mib > 0);
+            println!("mig {:?}", nvml.mig_mode(index));
+            println!("telemetry {:?}", nvml.telemetry(index).unwrap());
+            for p in nvml.gpu_instance_profiles(index).unwrap_or_default() {
+                let placements = nvml.gpu_instance_possible_placements(index, p.id);
+                let remaining = nvml.gpu_instance_remaining_capacity(index, p.id);
+                println!("profile {p:?} placements {placements:?} remaining {remaining:?}");
+            }
+            let instances = nvml.gpu_instances(index);
+            println!("gpu instances {instances:?}");
+            for gi in instances.unwrap_or_default() {
+                println!(
+                    "  ci profiles {:?}",
+                    nvml.compute_instance_profiles(index, gi.id)
+                );
+                println!("  cis {:?}", nvml.compute_instances(index, gi.id));
+            }
+            println!("vgpu types {:?}", nvml.supported_vgpu_types(index));
+            println!("nvlink peers {:?}", nvml.nvlink_peers(index));
+        }
+        println!("xid {:?}", nvml.wait_xid_event(100));
     }
 
     #[test]
