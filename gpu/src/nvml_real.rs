@@ -480,12 +480,15 @@ mod tests {
 
     #[test]
     fn load_without_driver_is_a_clean_error() {
-        // No machine this runs on in CI has the driver; on a GPU host this test is moot.
+        // CI machines have no driver; on a GPU host this test is moot.
         if Path::new("/dev/nvidiactl").exists() {
             return;
         }
         let err = NvmlLibrary::load().unwrap_err();
-        assert_eq!(err.code, NvmlCode::LIBRARY_NOT_FOUND, "{err}");
+        // LIBRARY_NOT_FOUND here; DRIVER_NOT_LOADED where the library is installed without the
+        // kernel module (a container with the user-space driver mounted, say).
+        let expected = [NvmlCode::LIBRARY_NOT_FOUND, NvmlCode::DRIVER_NOT_LOADED];
+        assert!(expected.contains(&err.code), "{err}");
         assert_eq!(err.call, "nvmlInit_v2");
     }
 
