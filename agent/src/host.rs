@@ -96,11 +96,12 @@ pub fn real_access(root: &Path) -> HostAccess {
     } else {
         Err(format!("not loaded for a tree under {}", root.display()))
     };
-    let amd = if on_host {
-        Ok(gpu::amd_sysfs::amd_backend(fs.clone()))
+    // AMD SMI is optional: the sysfs backend answers on every host, the library only adds to it.
+    let amd = Ok(if on_host {
+        gpu::amd_sysfs::amd_backend(fs.clone())
     } else {
-        Ok((Arc::new(gpu::amd_sysfs::AmdSysfs::new(fs.clone())) as Arc<dyn gpu::AmdSmi>, "sysfs".to_owned()))
-    };
+        (Arc::new(gpu::amd_sysfs::AmdSysfs::new(fs.clone())) as Arc<dyn gpu::AmdSmi>, "sysfs".to_owned())
+    });
     let source = if on_host { "host:/".to_owned() } else { format!("root:{}", root.display()) };
     HostAccess { source, sysfs: fs, nvml, amd, hostname: None }
 }

@@ -22,14 +22,22 @@ impl AmdStatus {
     pub const NOT_YET_IMPLEMENTED: Self = Self(3);
     /// Library load failed.
     pub const FAIL_LOAD_MODULE: Self = Self(4);
+    /// A symbol is missing from the loaded library.
+    pub const FAIL_LOAD_SYMBOL: Self = Self(5);
     /// Permission denied.
     pub const NO_PERM: Self = Self(10);
+    /// An I/O error (e.g. a sysfs write failed).
+    pub const IO: Self = Self(12);
+    /// Not enough resources (e.g. the kernel enabled fewer VFs than asked).
+    pub const OUT_OF_RESOURCES: Self = Self(15);
     /// The device is busy.
     pub const BUSY: Self = Self(30);
     /// Not found.
     pub const NOT_FOUND: Self = Self(31);
     /// The library or driver is not initialised.
     pub const NOT_INIT: Self = Self(32);
+    /// The library or a file returned data that could not be understood.
+    pub const UNEXPECTED_DATA: Self = Self(43);
     /// Unknown error.
     pub const UNKNOWN: Self = Self(0xFFFF_FFFF);
 
@@ -40,6 +48,10 @@ impl AmdStatus {
             2 => "not supported",
             3 => "not yet implemented",
             4 => "library load failed",
+            5 => "library symbol missing",
+            12 => "I/O error",
+            15 => "out of resources",
+            43 => "unexpected data",
             10 => "permission denied",
             30 => "device busy",
             31 => "not found",

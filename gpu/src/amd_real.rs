@@ -22,7 +22,7 @@ use ids::PciAddress;
 use crate::amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
 
 /// `AMDSMI_STATUS_FAIL_LOAD_SYMBOL`: the library lacks a function vgpud needs.
-pub const FAIL_LOAD_SYMBOL: AmdStatus = AmdStatus(5);
+pub const FAIL_LOAD_SYMBOL: AmdStatus = AmdStatus::FAIL_LOAD_SYMBOL;
 
 const MIB: u64 = 1024 * 1024;
 

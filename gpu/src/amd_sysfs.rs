@@ -21,11 +21,11 @@ const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 const MIB: u64 = 1024 * 1024;
 
 /// `AMDSMI_STATUS_IO`: the kernel refused for a reason with no closer status.
-pub const STATUS_IO: AmdStatus = AmdStatus(12);
+pub const STATUS_IO: AmdStatus = AmdStatus::IO;
 /// `AMDSMI_STATUS_OUT_OF_RESOURCES`: the kernel enabled fewer VFs than asked.
-pub const STATUS_OUT_OF_RESOURCES: AmdStatus = AmdStatus(15);
+pub const STATUS_OUT_OF_RESOURCES: AmdStatus = AmdStatus::OUT_OF_RESOURCES;
 /// `AMDSMI_STATUS_UNEXPECTED_DATA`: a file held something that is not a valid value.
-pub const STATUS_UNEXPECTED_DATA: AmdStatus = AmdStatus(43);
+pub const STATUS_UNEXPECTED_DATA: AmdStatus = AmdStatus::UNEXPECTED_DATA;
 
 /// The AMD SMI status for a failed sysfs access. The kernel's errno decides: `EBUSY` → `BUSY`,
 /// `ERANGE`/`EINVAL` → `INVAL`, `EACCES`/`EPERM` → `NO_PERM`, a missing file → `NOT_SUPPORTED`
@@ -437,17 +437,18 @@ impl AmdSmi for LibraryWithSysfs {
 }
 
 /// The AMD backend for this host: AMD SMI (completed by sysfs) when the library loads, sysfs
-/// alone otherwise. A missing library is normal on hosts without ROCm.
-pub fn amd_backend(fs: Arc<dyn Sysfs>) -> Arc<dyn AmdSmi> {
+/// alone otherwise. A missing library is normal on hosts without ROCm. The string names the
+/// backend for status reports.
+pub fn amd_backend(fs: Arc<dyn Sysfs>) -> (Arc<dyn AmdSmi>, String) {
     let sysfs = AmdSysfs::new(fs);
     match AmdSmiLibrary::load() {
         Ok(lib) => {
             tracing::info!("AMD SMI library loaded");
-            Arc::new(LibraryWithSysfs { lib, sysfs })
+            (Arc::new(LibraryWithSysfs { lib, sysfs }), "AMD SMI library with sysfs".to_owned())
         }
         Err(e) => {
             tracing::info!(reason = %e, "AMD SMI library not used; AMD GPUs through sysfs");
-            Arc::new(sysfs)
+            (Arc::new(sysfs), format!("sysfs ({e})"))
         }
     }
 }
@@ -911,7 +912,7 @@ mod tests {
             return;
         }
         let (dir, _tree) = mi300x_host();
-        let backend = amd_backend(Arc::new(RealSysfs::new(dir.path())));
+        let (backend, _) = amd_backend(Arc::new(RealSysfs::new(dir.path())));
         assert!(
             format!("{backend:?}").starts_with("AmdSysfs"),
             "{backend:?}"
