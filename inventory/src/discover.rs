@@ -46,6 +46,8 @@ pub fn discover(host: &HostAccess) -> HostInventory {
         let parent = mdev_parents.remove(&MdevParentName::from(dev.address));
         gpus.push(build_gpu(host, dev, &pci, nv, amd, parent));
     }
+    // GPU parents' problems went to their GPU; the remaining parents' go to the host.
+    warnings.extend(mdev_parents.values().flat_map(parent_problems));
     for addr in nvml_devices.iter().flat_map(|m| m.keys()) {
         if !pci.contains_key(addr) {
             warnings.push(format!("NVML reports GPU {addr} but sysfs has no such PCI device"));
@@ -163,13 +165,17 @@ fn discover_mdev(fs: &dyn Sysfs, warnings: &mut Vec<String>) -> BTreeMap<MdevPar
     for name in names {
         match mdev::read_parent(fs, &name) {
             Ok(parent) => {
-                warnings.extend(parent.problems.iter().cloned());
                 out.insert(name, parent);
             }
             Err(e) => warnings.push(error_chain(&e)),
         }
     }
     out
+}
+
+fn parent_problems(parent: &mdev::MdevParent) -> impl Iterator<Item = String> + '_ {
+    let types = parent.types.iter().flat_map(|t| t.problems.iter());
+    parent.problems.iter().chain(types).cloned()
 }
 
 fn vendor_of(id: PciVendorId) -> Vendor {
@@ -230,7 +236,7 @@ fn build_gpu(
         gpu.amd = Some(amd_details(amd_smi.as_ref(), dev.address, &mut warnings));
     }
     if let Some(parent) = mdev_parent {
-        warnings.extend(parent.problems.iter().cloned());
+        warnings.extend(parent_problems(&parent));
         gpu.mdev_types = parent.types.iter().map(type_info).collect();
     }
     if let Some(sriov) = &dev.sriov {
