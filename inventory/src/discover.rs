@@ -28,6 +28,14 @@ pub struct HostAccess {
 /// Everything read about the host's PCI functions, by address.
 type PciMap = BTreeMap<PciAddress, vfio::PciDevice>;
 
+/// What GPU discovery needs from the host-wide passes.
+struct Context<'a> {
+    host: &'a HostAccess,
+    pci: &'a PciMap,
+    /// IOMMU group of each mdev, from `/sys/bus/mdev/devices`.
+    mdev_groups: BTreeMap<ids::MdevUuid, Option<ids::IommuGroupId>>,
+}
+
 /// Discovers the host. Never fails: what cannot be read becomes a warning.
 pub fn discover(host: &HostAccess) -> HostInventory {
     let fs = host.sysfs.as_ref();
@@ -38,13 +46,14 @@ pub fn discover(host: &HostAccess) -> HostInventory {
     let nvml_devices = host.nvml.as_ref().ok().map(|n| nvml_devices(n.as_ref(), &mut warnings));
     let amd_gpus = host.amd.as_ref().ok().map(|(a, _)| amd_gpus(a.as_ref(), &mut warnings));
     let mut mdev_parents = discover_mdev(fs, &mut warnings);
+    let ctx = Context { host, pci: &pci, mdev_groups: mdev_groups(fs, &mut warnings) };
 
     let mut gpus = Vec::new();
     for dev in pci.values().filter(|d| d.is_gpu() && !d.is_vf()) {
         let nv = nvml_devices.as_ref().and_then(|m| m.get(&dev.address));
         let amd = amd_gpus.as_ref().and_then(|m| m.get(&dev.address));
         let parent = mdev_parents.remove(&MdevParentName::from(dev.address));
-        gpus.push(build_gpu(host, dev, &pci, nv, amd, parent));
+        gpus.push(build_gpu(&ctx, dev, nv, amd, parent));
     }
     // GPU parents' problems went to their GPU; the remaining parents' go to the host.
     warnings.extend(mdev_parents.values().flat_map(parent_problems));
@@ -187,14 +196,30 @@ fn vendor_of(id: PciVendorId) -> Vendor {
     }
 }
 
+fn mdev_groups(
+    fs: &dyn Sysfs,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<ids::MdevUuid, Option<ids::IommuGroupId>> {
+    match mdev::list_devices(fs) {
+        Ok((devices, errors)) => {
+            warnings.extend(errors.iter().map(|e| error_chain(e)));
+            devices.into_iter().map(|d| (d.uuid, d.iommu_group)).collect()
+        }
+        Err(e) => {
+            warnings.push(error_chain(&e));
+            BTreeMap::new()
+        }
+    }
+}
+
 fn build_gpu(
-    host: &HostAccess,
+    ctx: &Context<'_>,
     dev: &vfio::PciDevice,
-    pci: &PciMap,
     nv: Option<&gpu::DeviceInfo>,
     amd: Option<&gpu::AmdGpuInfo>,
     mdev_parent: Option<mdev::MdevParent>,
 ) -> Gpu {
+    let host = ctx.host;
     let mut warnings = dev.problems.clone();
     let (numa_node, numa_source) = gpu_numa(dev, nv);
     let model = nv
@@ -240,9 +265,9 @@ fn build_gpu(
         gpu.mdev_types = parent.types.iter().map(type_info).collect();
     }
     if let Some(sriov) = &dev.sriov {
-        gpu.sriov = Some(sriov_info(host.sysfs.as_ref(), sriov, pci, &mut warnings));
+        gpu.sriov = Some(sriov_info(host.sysfs.as_ref(), sriov, ctx.pci, &mut warnings));
     }
-    gpu.slices = existing_slices(&gpu, dev);
+    gpu.slices = existing_slices(&gpu, dev, &ctx.mdev_groups);
     gpu.warnings = warnings;
     gpu
 }
@@ -460,7 +485,11 @@ fn vf_info(
     info
 }
 
-fn existing_slices(gpu: &Gpu, dev: &vfio::PciDevice) -> Vec<ExistingSlice> {
+fn existing_slices(
+    gpu: &Gpu,
+    dev: &vfio::PciDevice,
+    mdev_groups: &BTreeMap<ids::MdevUuid, Option<ids::IommuGroupId>>,
+) -> Vec<ExistingSlice> {
     let mut slices = Vec::new();
     if dev.driver.as_deref() == Some("vfio-pci") {
         slices.push(ExistingSlice::Passthrough { iommu_group: dev.iommu_group });
@@ -474,7 +503,8 @@ fn existing_slices(gpu: &Gpu, dev: &vfio::PciDevice) -> Vec<ExistingSlice> {
     }
     for t in &gpu.mdev_types {
         for uuid in &t.devices {
-            slices.push(ExistingSlice::Mdev { uuid: *uuid, type_id: t.id.clone(), iommu_group: None });
+            let iommu_group = mdev_groups.get(uuid).copied().flatten();
+            slices.push(ExistingSlice::Mdev { uuid: *uuid, type_id: t.id.clone(), iommu_group });
         }
     }
     for vf in gpu.sriov.iter().flat_map(|s| &s.vfs) {
