@@ -1,0 +1,540 @@
+//! The kernel's rules for the attributes vgpud writes, applied to the model.
+//!
+//! Each function takes the bytes written and returns the errno the kernel's store handler would
+//! return. Every rule checks before it mutates, so a refused write changes nothing.
+//!
+//! Where the simulator departs from Linux it is on purpose and noted: writing an attribute
+//! without a store method fails with `EACCES` (kernfs refuses the open); removing a device a VM
+//! holds open fails with `EBUSY` (the kernel would block until the VM lets go).
+
+use ids::{MdevTypeId, MdevUuid, PciAddress};
+use libc::{EBUSY, EEXIST, EINVAL, ENODEV, ENOENT, ERANGE};
+
+use crate::mig::MigFamily;
+use crate::profile::{GpuModel, VgpuTypeSpec, vf_address};
+use crate::state::{Hw, MdevState, PciState, State, VFIO_PCI, VfState};
+
+/// An errno.
+pub(crate) type Errno = i32;
+
+/// The longest `driver_override` the kernel keeps (`PAGE_SIZE - 1`; the store rejects longer).
+const OVERRIDE_MAX: usize = 4095;
+
+/// The written value as text, with the one trailing newline `echo` adds removed.
+fn text(data: &[u8]) -> Result<&str, Errno> {
+    let s = std::str::from_utf8(data).map_err(|_| EINVAL)?;
+    Ok(s.strip_suffix('\n').unwrap_or(s))
+}
+
+/// A device named by a bus-level write (`bind`, `drivers_probe`): `sysfs_streq` semantics.
+fn named_device(state: &State, data: &[u8]) -> Result<PciAddress, Errno> {
+    let name = text(data).map_err(|_| ENODEV)?;
+    let addr: PciAddress = name.parse().map_err(|_| ENODEV)?;
+    // The kernel matches the device name exactly: `0000:41:00.0`, not `41:00.0` or upper case.
+    if addr.to_string() != name || !state.pci.contains_key(&addr) {
+        return Err(ENODEV);
+    }
+    Ok(addr)
+}
+
+/// `<dev>/driver_override`: a name sets it, `\n` or an empty write clears it.
+pub(crate) fn write_driver_override(
+    state: &mut State,
+    dev: PciAddress,
+    data: &[u8],
+) -> Result<(), Errno> {
+    if data.len() >= OVERRIDE_MAX {
+        return Err(EINVAL);
+    }
+    // The kernel stops at the first NUL and the first newline.
+    let upto_nul = data.split(|b| *b == 0).next().unwrap_or(&[]);
+    let line = upto_nul.split(|b| *b == b'\n').next().unwrap_or(&[]);
+    let value = std::str::from_utf8(line).map_err(|_| EINVAL)?;
+    let p = state.pci.get_mut(&dev).ok_or(ENODEV)?;
+    p.driver_override = (!value.is_empty()).then(|| value.to_owned());
+    Ok(())
+}
+
+/// `drivers/<driver>/unbind`: ENODEV unless the device is bound to that driver.
+pub(crate) fn write_unbind(
+    state: &mut State,
+    hw: &Hw,
+    driver: &str,
+    data: &[u8],
+) -> Result<(), Errno> {
+    let addr = named_device(state, data)?;
+    let p = state.pci.get(&addr).ok_or(ENODEV)?;
+    if p.driver.as_deref() != Some(driver) {
+        return Err(ENODEV);
+    }
+    check_release(state, addr)?;
+    detach(state, hw, addr);
+    Ok(())
+}
+
+/// `drivers/<driver>/bind`: ENODEV when the driver does not match the device, EBUSY when it is
+/// bound already.
+pub(crate) fn write_bind(
+    state: &mut State,
+    hw: &Hw,
+    driver: &str,
+    data: &[u8],
+) -> Result<(), Errno> {
+    let addr = named_device(state, data)?;
+    if !driver_matches(state, hw, addr, driver) {
+        return Err(ENODEV);
+    }
+    if state.pci.get(&addr).is_some_and(|p| p.driver.is_some()) {
+        return Err(EBUSY);
+    }
+    attach(state, hw, addr, driver)
+}
+
+/// `/sys/bus/pci/drivers_probe`: binds an unbound device to its override, else its default
+/// driver; no matching driver leaves it unbound and still succeeds, as in the kernel.
+pub(crate) fn write_drivers_probe(state: &mut State, hw: &Hw, data: &[u8]) -> Result<(), Errno> {
+    let addr = named_device(state, data)?;
+    let Some(p) = state.pci.get(&addr) else {
+        return Err(ENODEV);
+    };
+    if p.driver.is_some() {
+        return Ok(());
+    }
+    let candidate = p
+        .driver_override
+        .clone()
+        .or_else(|| state.default_driver(hw, addr));
+    match candidate {
+        Some(d) if state.drivers(hw).contains(&d) => attach(state, hw, addr, &d),
+        _ => Ok(()),
+    }
+}
+
+/// PCI matching: an override names the only driver that may bind; otherwise the device's own.
+fn driver_matches(state: &State, hw: &Hw, addr: PciAddress, driver: &str) -> bool {
+    match state
+        .pci
+        .get(&addr)
+        .and_then(|p| p.driver_override.as_deref())
+    {
+        Some(o) => o == driver,
+        None => state.default_driver(hw, addr).as_deref() == Some(driver),
+    }
+}
+
+fn attach(state: &mut State, hw: &Hw, addr: PciAddress, driver: &str) -> Result<(), Errno> {
+    if !state.drivers(hw).contains(driver) {
+        return Err(ENODEV);
+    }
+    let p = state.pci.get_mut(&addr).ok_or(ENODEV)?;
+    p.driver = Some(driver.to_owned());
+    Ok(())
+}
+
+/// What a driver's remove does to the state it owned.
+fn detach(state: &mut State, hw: &Hw, addr: PciAddress) {
+    let default = state.default_driver(hw, addr);
+    let was_default = state
+        .pci
+        .get(&addr)
+        .is_some_and(|p| p.driver.is_some() && p.driver == default);
+    if let Some(p) = state.pci.get_mut(&addr) {
+        p.driver = None;
+        p.open = false;
+        if let Some(vf) = p.vf.as_mut() {
+            vf.vgpu_type = None;
+            vf.gpu_instance = None;
+        }
+    }
+    if was_default {
+        // The vendor driver unregisters its mdev parent, and PF drivers disable SR-IOV on
+        // remove (`pci_disable_sriov` in their remove path).
+        state.mdevs.retain(|_, m| m.parent != addr);
+        remove_vfs(state, addr);
+    }
+}
+
+/// Refuses to take a device away from a VM.
+fn check_release(state: &State, addr: PciAddress) -> Result<(), Errno> {
+    let open_mdev = state.mdevs.values().any(|m| m.parent == addr && m.open);
+    let open_vf = state.vfs_of(addr).iter().any(|(_, v)| v.open);
+    let open_self = state.pci.get(&addr).is_some_and(|p| p.open);
+    if open_self || open_mdev || open_vf {
+        Err(EBUSY)
+    } else {
+        Ok(())
+    }
+}
+
+/// `<pf>/sriov_numvfs`: kstrtou16, ERANGE above the total, EBUSY from non-zero to another
+/// non-zero, ENOENT without a PF driver that can configure SR-IOV.
+pub(crate) fn write_sriov_numvfs(
+    state: &mut State,
+    hw: &Hw,
+    pf: PciAddress,
+    data: &[u8],
+    partial: Option<u32>,
+) -> Result<(), Errno> {
+    let n = parse_u16(text(data)?).ok_or(EINVAL)?;
+    set_num_vfs(state, hw, pf, u32::from(n), partial)
+}
+
+/// The rules shared by `sriov_numvfs` and `amdsmi_set_num_vf`.
+pub(crate) fn set_num_vfs(
+    state: &mut State,
+    hw: &Hw,
+    pf: PciAddress,
+    n: u32,
+    partial: Option<u32>,
+) -> Result<(), Errno> {
+    let (_, model) = state.gpu(pf).ok_or(ENOENT)?;
+    let sriov = model.sriov.as_ref().ok_or(ENOENT)?;
+    if n > sriov.total_vfs {
+        return Err(ERANGE);
+    }
+    let current = state.vfs_of(pf).len() as u32;
+    if n == current {
+        return Ok(());
+    }
+    if !sriov_driver_bound(state, hw, pf) {
+        return Err(ENOENT);
+    }
+    if n == 0 {
+        if state.vfs_of(pf).iter().any(|(_, v)| v.open) {
+            return Err(EBUSY);
+        }
+        remove_vfs(state, pf);
+        return Ok(());
+    }
+    if current != 0 {
+        return Err(EBUSY);
+    }
+    // The PF driver's sriov_configure refuses more VFs than the AMD partition mode allows.
+    if let Some(max) = amd_vfs_allowed(state, pf)
+        && n > max
+    {
+        return Err(EINVAL);
+    }
+    enable_vfs(state, hw, pf, partial.map_or(n, |p| p.min(n)))
+}
+
+fn sriov_driver_bound(state: &State, hw: &Hw, pf: PciAddress) -> bool {
+    // vfio-pci only configures SR-IOV with enable_sriov=1, which the simulated host does not set.
+    state.bound_to_default(hw, pf)
+}
+
+/// VFs an AMD GPU's current compute partition mode supports.
+pub(crate) fn amd_vfs_allowed(state: &State, pf: PciAddress) -> Option<u32> {
+    let (_, model) = state.gpu(pf)?;
+    let amd = model.amd.as_ref()?;
+    let mode = state.gpus.get(&pf)?.compute_partition.clone()?;
+    Some(amd.vfs_per_mode.get(&mode).copied().unwrap_or(0))
+}
+
+/// Creates `n` VFs: addresses from offset/stride, one new IOMMU group each, bound to the VF
+/// driver (`sriov_drivers_autoprobe` is on).
+pub(crate) fn enable_vfs(state: &mut State, hw: &Hw, pf: PciAddress, n: u32) -> Result<(), Errno> {
+    let (_, model) = state.gpu(pf).ok_or(ENOENT)?;
+    let sriov = model.sriov.clone().ok_or(ENOENT)?;
+    for index in 0..n {
+        let addr = vf_address(pf, &sriov, index).ok_or(EINVAL)?;
+        let group = state.free_group(hw);
+        let vf = VfState {
+            pf,
+            index,
+            vgpu_type: None,
+            gpu_instance: None,
+        };
+        state.pci.insert(
+            addr,
+            PciState {
+                driver: None,
+                driver_override: None,
+                iommu_group: group,
+                open: false,
+                vf: Some(vf),
+            },
+        );
+        let drivers = state.drivers(hw);
+        if let Some(p) = state.pci.get_mut(&addr) {
+            p.driver = sriov.vf_driver.clone().filter(|d| drivers.contains(d));
+        }
+    }
+    Ok(())
+}
+
+fn remove_vfs(state: &mut State, pf: PciAddress) {
+    state
+        .pci
+        .retain(|_, p| p.vf.as_ref().is_none_or(|v| v.pf != pf));
+}
+
+fn parse_u16(s: &str) -> Option<u16> {
+    // kstrtou16 with base 0: decimal, 0x-hex or 0-octal.
+    let s = s.strip_prefix('+').unwrap_or(s);
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u16::from_str_radix(hex, 16).ok()
+    } else if s.len() > 1 && s.starts_with('0') {
+        u16::from_str_radix(&s[1..], 8).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// Instances of an mdev type its parent could still create (`available_instances`). NVIDIA
+/// GPUs are homogeneous: once one type has a device, every other type reads 0.
+pub(crate) fn mdev_available(state: &State, parent: PciAddress, type_id: &MdevTypeId) -> u32 {
+    let Some((_, model)) = state.gpu(parent) else {
+        return 0;
+    };
+    let Some(t) = model.mdev_types.iter().find(|t| &t.id == type_id) else {
+        return 0;
+    };
+    let fb = model.vgpu_framebuffer_mib.unwrap_or(model.memory_mib);
+    let by_fb = u32::try_from(fb / t.framebuffer_mib.max(1)).unwrap_or(u32::MAX);
+    let capacity = t.max_instances.map_or(by_fb, |m| m.min(by_fb));
+    let on_parent: Vec<&MdevState> = state
+        .mdevs
+        .values()
+        .filter(|m| m.parent == parent)
+        .collect();
+    if on_parent.iter().any(|m| &m.type_id != type_id) {
+        return 0;
+    }
+    capacity.saturating_sub(on_parent.len() as u32)
+}
+
+/// `<type>/create`: EINVAL for a malformed UUID or no instance left (NVIDIA's and the sample
+/// drivers' answer), EEXIST for a UUID any parent already uses.
+pub(crate) fn write_mdev_create(
+    state: &mut State,
+    hw: &Hw,
+    parent: PciAddress,
+    type_id: &MdevTypeId,
+    data: &[u8],
+) -> Result<(), Errno> {
+    // The kernel takes exactly 36 characters, or 37 with a newline.
+    if data.len() != 36 && !(data.len() == 37 && data.last() == Some(&b'\n')) {
+        return Err(EINVAL);
+    }
+    let uuid: MdevUuid = text(data)?.parse().map_err(|_| EINVAL)?;
+    if state.mdevs.contains_key(&uuid) {
+        return Err(EEXIST);
+    }
+    if mdev_available(state, parent, type_id) == 0 {
+        return Err(EINVAL);
+    }
+    let group = state.free_group(hw);
+    state.mdevs.insert(
+        uuid,
+        MdevState {
+            parent,
+            type_id: type_id.clone(),
+            iommu_group: group,
+            open: false,
+        },
+    );
+    Ok(())
+}
+
+/// `<mdev>/remove`: a non-zero number removes (EBUSY while a VM has it open), 0 does nothing.
+pub(crate) fn write_mdev_remove(
+    state: &mut State,
+    uuid: MdevUuid,
+    data: &[u8],
+) -> Result<(), Errno> {
+    let value = parse_ulong(text(data)?).ok_or(EINVAL)?;
+    if value == 0 {
+        return Ok(());
+    }
+    let m = state.mdevs.get(&uuid).ok_or(ENODEV)?;
+    if m.open {
+        return Err(EBUSY);
+    }
+    state.mdevs.remove(&uuid);
+    Ok(())
+}
+
+fn parse_ulong(s: &str) -> Option<u64> {
+    if let Some(hex) = s.strip_prefix("0x") {
+        u64::from_str_radix(hex, 16).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// The vGPU types a VF could take now, in profile order.
+pub(crate) fn creatable_vgpu_types<'a>(
+    state: &State,
+    model: &'a GpuModel,
+    pf: PciAddress,
+) -> Vec<&'a VgpuTypeSpec> {
+    let Some(gpu) = state.gpus.get(&pf) else {
+        return Vec::new();
+    };
+    let vfs = state.vfs_of(pf);
+    let active: Vec<&VgpuTypeSpec> = vfs
+        .iter()
+        .filter_map(|(_, p)| p.vf.as_ref()?.vgpu_type)
+        .filter_map(|id| model.vgpu_types.iter().find(|t| t.id == id))
+        .collect();
+    let count_of = |id: u32| active.iter().filter(|t| t.id == id).count() as u32;
+    if gpu.mig_current {
+        let family = model.mig;
+        return model
+            .vgpu_types
+            .iter()
+            .filter(|t| count_of(t.id) < t.max_instances)
+            .filter(|t| t.mig_profile.is_some() && free_gi_for(state, family, pf, t).is_some())
+            .collect();
+    }
+    let fb_total = model.vgpu_framebuffer_mib.unwrap_or(model.memory_mib);
+    let fb_used: u64 = active.iter().map(|t| t.framebuffer_mib).sum();
+    let size = active.first().map(|t| t.framebuffer_mib);
+    model
+        .vgpu_types
+        .iter()
+        .filter(|t| t.mig_profile.is_none())
+        .filter(|t| size.is_none_or(|s| s == t.framebuffer_mib))
+        .filter(|t| {
+            fb_used + t.framebuffer_mib <= fb_total && (active.len() as u32) < t.max_instances
+        })
+        .collect()
+}
+
+/// The lowest-id GPU instance of the type's MIG profile that no vGPU occupies yet.
+fn free_gi_for(
+    state: &State,
+    family: Option<MigFamily>,
+    pf: PciAddress,
+    t: &VgpuTypeSpec,
+) -> Option<u32> {
+    let profile = family?.profile_named(t.mig_profile.as_ref()?)?;
+    let taken: Vec<u32> = state
+        .vfs_of(pf)
+        .iter()
+        .filter_map(|(_, p)| p.vf.as_ref()?.gpu_instance)
+        .collect();
+    let gpu = state.gpus.get(&pf)?;
+    let mut gis: Vec<u32> = gpu
+        .gis
+        .iter()
+        .filter(|g| g.profile_id == profile.info.id && g.cis.is_empty() && !taken.contains(&g.id))
+        .map(|g| g.id)
+        .collect();
+    gis.sort_unstable();
+    gis.first().copied()
+}
+
+/// `<vf>/nvidia/current_vgpu_type`: an id creates (EINVAL if not creatable, EBUSY if the VF has
+/// a type); 0 destroys (EBUSY while a VM has it open).
+pub(crate) fn write_current_vgpu_type(
+    state: &mut State,
+    vf: PciAddress,
+    data: &[u8],
+) -> Result<(), Errno> {
+    let id: u32 = text(data)?.trim().parse().map_err(|_| EINVAL)?;
+    let p = state.pci.get(&vf).ok_or(ENODEV)?;
+    let pf = p.vf.as_ref().ok_or(ENODEV)?.pf;
+    let current = p.vf.as_ref().and_then(|v| v.vgpu_type);
+    if id == 0 {
+        if current.is_some() && p.open {
+            return Err(EBUSY);
+        }
+        set_vf_type(state, vf, None, None);
+        return Ok(());
+    }
+    if current.is_some() {
+        return Err(EBUSY);
+    }
+    let (_, model) = state.gpu(pf).ok_or(ENODEV)?;
+    let model = model.clone();
+    let t = creatable_vgpu_types(state, &model, pf)
+        .into_iter()
+        .find(|t| t.id == id)
+        .ok_or(EINVAL)?;
+    let gi = match t.mig_profile {
+        Some(_) => Some(free_gi_for(state, model.mig, pf, t).ok_or(EINVAL)?),
+        None => None,
+    };
+    set_vf_type(state, vf, Some(id), gi);
+    Ok(())
+}
+
+fn set_vf_type(state: &mut State, vf: PciAddress, id: Option<u32>, gi: Option<u32>) {
+    if let Some(v) = state.pci.get_mut(&vf).and_then(|p| p.vf.as_mut()) {
+        v.vgpu_type = id;
+        v.gpu_instance = gi;
+    }
+}
+
+/// Which AMD partition axis a write changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PartitionAxis {
+    Compute,
+    Memory,
+}
+
+/// `current_compute_partition` / `current_memory_partition`: EINVAL for a mode the GPU does not
+/// offer, EBUSY while VFs are enabled.
+pub(crate) fn set_partition(
+    state: &mut State,
+    gpu: PciAddress,
+    axis: PartitionAxis,
+    mode: &str,
+) -> Result<(), Errno> {
+    let (_, model) = state.gpu(gpu).ok_or(ENODEV)?;
+    let amd = model.amd.as_ref().ok_or(ENODEV)?;
+    let mode = mode.trim().to_ascii_uppercase();
+    let offered = match axis {
+        PartitionAxis::Compute => &amd.compute_modes,
+        PartitionAxis::Memory => &amd.memory_modes,
+    };
+    if !offered.contains(&mode) {
+        return Err(EINVAL);
+    }
+    if !state.vfs_of(gpu).is_empty() {
+        return Err(EBUSY);
+    }
+    let g = state.gpus.get_mut(&gpu).ok_or(ENODEV)?;
+    match axis {
+        PartitionAxis::Compute => g.compute_partition = Some(mode),
+        PartitionAxis::Memory => g.memory_partition = Some(mode),
+    }
+    Ok(())
+}
+
+/// A sysfs write to a partition attribute.
+pub(crate) fn write_partition(
+    state: &mut State,
+    gpu: PciAddress,
+    axis: PartitionAxis,
+    data: &[u8],
+) -> Result<(), Errno> {
+    let mode = text(data)?;
+    set_partition(state, gpu, axis, mode)
+}
+
+/// Whether a VM could open this PCI function's VFIO group now.
+pub(crate) fn vfio_openable(state: &State, addr: PciAddress) -> Result<(), &'static str> {
+    let p = state.pci.get(&addr).ok_or("it is not present")?;
+    if !state.is_vfio_function(addr) {
+        return Err("it is not bound to vfio-pci and is not a typed NVIDIA VF");
+    }
+    // Every device of the group must be bound to a VFIO driver or unbound.
+    let group = p.iommu_group;
+    let viable = state
+        .pci
+        .iter()
+        .filter(|(_, q)| q.iommu_group == group)
+        .all(|(a, q)| {
+            q.driver.is_none()
+                || state.is_vfio_function(*a)
+                || q.driver.as_deref() == Some(VFIO_PCI)
+        });
+    if viable {
+        Ok(())
+    } else {
+        Err("its IOMMU group has a device bound to a host driver")
+    }
+}

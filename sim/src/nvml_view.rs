@@ -1,0 +1,614 @@
+//! [`SimNvml`]: the model seen through the [`gpu::Nvml`] trait.
+//!
+//! NVML sees the NVIDIA physical functions that are present and bound to the NVIDIA driver, in
+//! PCI address order (a GPU handed to vfio-pci or hot-removed disappears and the indexes after
+//! it shift, as on a real host; VFs are never NVML devices). Return codes follow NVML's
+//! documentation: MIG calls on a GPU without MIG, or with MIG mode off, return `NOT_SUPPORTED`;
+//! an unknown profile or a start slot the profile does not allow `INVALID_ARGUMENT`; an occupied
+//! placement or too few free slices `INSUFFICIENT_RESOURCES`; an unknown instance `NOT_FOUND`;
+//! destroying an instance with compute instances, processes or a vGPU `IN_USE`.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use gpu::{
+    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
+    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
+};
+use ids::{PciAddress, PciVendorId, VgpuTypeId};
+
+use crate::fault::{Access, FaultAction};
+use crate::host::SimHost;
+use crate::mig::{self, MigFamily};
+use crate::profile::GpuModel;
+use crate::state::{CiState, GiState, GpuState, Hw, State};
+use crate::telemetry;
+use crate::util::derived_uuid;
+
+/// The simulated host's NVML.
+#[derive(Debug, Clone)]
+pub struct SimNvml {
+    host: SimHost,
+}
+
+/// NVML function names per trait method; faults name any of them.
+mod calls {
+    pub const DRIVER_VERSION: &[&str] = &["nvmlSystemGetDriverVersion"];
+    pub const COUNT: &[&str] = &["nvmlDeviceGetCount_v2"];
+    pub const INFO: &[&str] = &[
+        "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetMemoryInfo",
+    ];
+    pub const MIG_MODE: &[&str] = &["nvmlDeviceGetMigMode"];
+    pub const GI_PROFILES: &[&str] = &["nvmlDeviceGetGpuInstanceProfileInfoV"];
+    pub const PLACEMENTS: &[&str] = &["nvmlDeviceGetGpuInstancePossiblePlacements_v2"];
+    pub const CAPACITY: &[&str] = &["nvmlDeviceGetGpuInstanceRemainingCapacity"];
+    pub const GIS: &[&str] = &["nvmlDeviceGetGpuInstances"];
+    pub const CREATE_GI: &[&str] = &["nvmlDeviceCreateGpuInstanceWithPlacement"];
+    pub const DESTROY_GI: &[&str] = &["nvmlGpuInstanceDestroy"];
+    pub const CI_PROFILES: &[&str] = &["nvmlGpuInstanceGetComputeInstanceProfileInfoV"];
+    pub const CIS: &[&str] = &["nvmlGpuInstanceGetComputeInstances"];
+    pub const CREATE_CI: &[&str] = &["nvmlGpuInstanceCreateComputeInstance"];
+    pub const DESTROY_CI: &[&str] = &["nvmlComputeInstanceDestroy"];
+    pub const TELEMETRY: &[&str] = &[
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetClockInfo",
+    ];
+    pub const VGPU_TYPES: &[&str] = &["nvmlDeviceGetSupportedVgpus"];
+    pub const NVLINK: &[&str] = &["nvmlDeviceGetNvLinkRemotePciInfo_v2"];
+    pub const XID: &[&str] = &["nvmlEventSetWait_v2"];
+}
+
+/// The NVIDIA GPUs NVML sees, in index order.
+pub(crate) fn visible_gpus(state: &State, hw: &Hw) -> Vec<PciAddress> {
+    state
+        .profile
+        .gpus
+        .iter()
+        .filter(|g| {
+            state
+                .profile
+                .model_of(g)
+                .is_some_and(|m| m.vendor == PciVendorId::NVIDIA)
+        })
+        .filter(|g| state.bound_to_default(hw, g.address))
+        .map(|g| g.address)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The UUID NVML reports for a GPU.
+pub(crate) fn gpu_uuid(state: &State, gpu: PciAddress) -> String {
+    match state.gpu(gpu).and_then(|(s, _)| s.uuid.clone()) {
+        Some(u) => u,
+        None => format!(
+            "GPU-{}",
+            derived_uuid(&format!("{}/{gpu}", state.profile.hostname))
+        ),
+    }
+}
+
+fn nvidia_driver_loaded(state: &State) -> bool {
+    state
+        .profile
+        .models
+        .values()
+        .any(|m| m.vendor == PciVendorId::NVIDIA)
+}
+
+/// One GPU as an operation sees it.
+struct Gpu<'a> {
+    addr: PciAddress,
+    model: &'a GpuModel,
+}
+
+fn gpu_at<'a>(state: &'a State, hw: &Hw, index: u32) -> Result<Gpu<'a>, NvmlCode> {
+    if !nvidia_driver_loaded(state) {
+        return Err(NvmlCode::DRIVER_NOT_LOADED);
+    }
+    let addr = *visible_gpus(state, hw)
+        .get(index as usize)
+        .ok_or(NvmlCode::INVALID_ARGUMENT)?;
+    let (_, model) = state.gpu(addr).ok_or(NvmlCode::INVALID_ARGUMENT)?;
+    Ok(Gpu { addr, model })
+}
+
+/// The MIG family of a GPU with MIG mode on.
+fn mig_on(state: &State, gpu: &Gpu<'_>) -> Result<MigFamily, NvmlCode> {
+    let family = gpu.model.mig.ok_or(NvmlCode::NOT_SUPPORTED)?;
+    let on = state.gpus.get(&gpu.addr).is_some_and(|g| g.mig_current);
+    if on {
+        Ok(family)
+    } else {
+        Err(NvmlCode::NOT_SUPPORTED)
+    }
+}
+
+fn gpu_state_mut(state: &mut State, addr: PciAddress) -> Result<&mut GpuState, NvmlCode> {
+    state.gpus.get_mut(&addr).ok_or(NvmlCode::UNKNOWN)
+}
+
+fn gi_of(state: &State, addr: PciAddress, id: u32) -> Result<&GiState, NvmlCode> {
+    state
+        .gpus
+        .get(&addr)
+        .and_then(|g| g.gis.iter().find(|x| x.id == id))
+        .ok_or(NvmlCode::NOT_FOUND)
+}
+
+/// Framebuffer in use: the driver's reservation plus MIG instances, vGPUs and mdevs.
+fn fb_used(state: &State, addr: PciAddress, model: &GpuModel) -> u64 {
+    let reserved = (model.memory_mib / 100).min(600);
+    let gis: u64 = state
+        .gpus
+        .get(&addr)
+        .map_or(0, |g| g.gis.iter().map(|x| x.memory_mib).sum());
+    let vgpus: u64 = state
+        .vfs_of(addr)
+        .iter()
+        .filter_map(|(_, p)| p.vf.as_ref()?.vgpu_type)
+        .filter_map(|id| model.vgpu_types.iter().find(|t| t.id == id))
+        .filter(|t| t.mig_profile.is_none())
+        .map(|t| t.framebuffer_mib)
+        .sum();
+    let mdevs: u64 = state
+        .mdevs
+        .values()
+        .filter(|m| m.parent == addr)
+        .filter_map(|m| model.mdev_types.iter().find(|t| t.id == m.type_id))
+        .map(|t| t.framebuffer_mib)
+        .sum();
+    reserved + gis + vgpus + mdevs
+}
+
+fn mdev_class(name: &str) -> &'static str {
+    match name.chars().last() {
+        Some('Q') => "Quadro",
+        Some('B') => "NVS",
+        Some('C') => "Compute",
+        Some('A') => "GRID",
+        _ => "Unknown",
+    }
+}
+
+impl SimNvml {
+    pub(crate) fn new(host: SimHost) -> Self {
+        Self { host }
+    }
+
+    fn err(calls: &'static [&'static str], code: NvmlCode) -> NvmlError {
+        NvmlError::new(calls.first().copied().unwrap_or("nvml"), code)
+    }
+
+    /// Applies a matching fault (after resolving the GPU the call is about).
+    fn fault(&self, calls: &'static [&'static str], index: Option<u32>) -> NvmlResult<()> {
+        let unknown = |_| Self::err(calls, NvmlCode::UNKNOWN);
+        let gpu = match index {
+            Some(i) => self
+                .host
+                .store()
+                .read(|v| visible_gpus(v.state, v.hw).get(i as usize).copied())
+                .map_err(unknown)?,
+            None => None,
+        };
+        let access = Access::Nvml { calls, gpu };
+        let faulty = self
+            .host
+            .store()
+            .read(|v| v.state.has_fault(&access))
+            .map_err(unknown)?;
+        if !faulty {
+            return Ok(());
+        }
+        let hit = self
+            .host
+            .change(|st, _| Ok(st.take_fault(&access)))
+            .map_err(unknown)?;
+        match hit {
+            Some((FaultAction::NvmlCode { code }, call)) => {
+                Err(NvmlError::new(call, NvmlCode(code)))
+            }
+            Some((FaultAction::Hang { millis }, _)) => {
+                std::thread::sleep(Duration::from_millis(millis));
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A call that only looks.
+    fn look<T>(
+        &self,
+        calls: &'static [&'static str],
+        index: Option<u32>,
+        f: impl FnOnce(&State, &Hw) -> Result<T, NvmlCode>,
+    ) -> NvmlResult<T> {
+        self.fault(calls, index)?;
+        self.host
+            .store()
+            .read(|v| f(v.state, v.hw))
+            .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
+            .map_err(|c| Self::err(calls, c))
+    }
+
+    /// A call that changes the GPU; a failure changes nothing.
+    fn act<T>(
+        &self,
+        calls: &'static [&'static str],
+        index: u32,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
+    ) -> NvmlResult<T> {
+        self.fault(calls, Some(index))?;
+        self.host
+            .store()
+            .write(f)
+            .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
+            .map_err(|c| Self::err(calls, c))
+    }
+}
+
+impl Nvml for SimNvml {
+    fn driver_version(&self) -> NvmlResult<String> {
+        self.look(calls::DRIVER_VERSION, None, |st, _| {
+            if !nvidia_driver_loaded(st) {
+                return Err(NvmlCode::DRIVER_NOT_LOADED);
+            }
+            Ok(st.profile.nvidia_driver_version.clone())
+        })
+    }
+
+    fn device_count(&self) -> NvmlResult<u32> {
+        self.look(calls::COUNT, None, |st, hw| {
+            if !nvidia_driver_loaded(st) {
+                return Err(NvmlCode::DRIVER_NOT_LOADED);
+            }
+            Ok(visible_gpus(st, hw).len() as u32)
+        })
+    }
+
+    fn device_info(&self, index: u32) -> NvmlResult<DeviceInfo> {
+        self.look(calls::INFO, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let numa_node = hw
+                .devices
+                .get(&g.addr)
+                .and_then(|d| d.near_node)
+                .map(ids::NumaNodeId);
+            Ok(DeviceInfo {
+                index,
+                uuid: gpu_uuid(st, g.addr),
+                name: g.model.name.clone(),
+                pci_address: g.addr,
+                memory_total_mib: g.model.memory_mib,
+                numa_node,
+            })
+        })
+    }
+
+    fn mig_mode(&self, index: u32) -> NvmlResult<MigMode> {
+        self.look(calls::MIG_MODE, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            g.model.mig.ok_or(NvmlCode::NOT_SUPPORTED)?;
+            let s = st.gpus.get(&g.addr).ok_or(NvmlCode::UNKNOWN)?;
+            Ok(MigMode {
+                current: s.mig_current,
+                pending: s.mig_pending,
+            })
+        })
+    }
+
+    fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>> {
+        self.look(calls::GI_PROFILES, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            Ok(mig_on(st, &g)?
+                .profiles()
+                .into_iter()
+                .map(|p| p.info)
+                .collect())
+        })
+    }
+
+    fn gpu_instance_possible_placements(
+        &self,
+        index: u32,
+        profile_id: u32,
+    ) -> NvmlResult<Vec<Placement>> {
+        self.look(calls::PLACEMENTS, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let p = mig_on(st, &g)?
+                .profile(profile_id)
+                .ok_or(NvmlCode::INVALID_ARGUMENT)?;
+            Ok(p.placements())
+        })
+    }
+
+    fn gpu_instance_remaining_capacity(&self, index: u32, profile_id: u32) -> NvmlResult<u32> {
+        self.look(calls::CAPACITY, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let p = mig_on(st, &g)?
+                .profile(profile_id)
+                .ok_or(NvmlCode::INVALID_ARGUMENT)?;
+            let gis = st
+                .gpus
+                .get(&g.addr)
+                .map(|s| s.gis.as_slice())
+                .unwrap_or_default();
+            Ok(mig::remaining_capacity(&p, gis))
+        })
+    }
+
+    fn gpu_instances(&self, index: u32) -> NvmlResult<Vec<GpuInstance>> {
+        self.look(calls::GIS, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            mig_on(st, &g)?;
+            let mut out: Vec<GpuInstance> = st
+                .gpus
+                .get(&g.addr)
+                .map(|s| {
+                    s.gis
+                        .iter()
+                        .map(|x| GpuInstance {
+                            id: x.id,
+                            profile_id: x.profile_id,
+                            placement: x.placement(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.sort_by_key(|x| x.id);
+            Ok(out)
+        })
+    }
+
+    fn create_gpu_instance(
+        &self,
+        index: u32,
+        profile_id: u32,
+        placement: Placement,
+    ) -> NvmlResult<GpuInstance> {
+        self.act(calls::CREATE_GI, index, |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let addr = g.addr;
+            let p = mig_on(st, &g)?
+                .profile(profile_id)
+                .ok_or(NvmlCode::INVALID_ARGUMENT)?;
+            let gpu = gpu_state_mut(st, addr)?;
+            let id = mig::check_create(&p, &gpu.gis, placement)?;
+            gpu.gis.push(GiState::new(id, &p, placement.start));
+            Ok(GpuInstance {
+                id,
+                profile_id,
+                placement,
+            })
+        })
+    }
+
+    fn destroy_gpu_instance(&self, index: u32, gpu_instance_id: u32) -> NvmlResult<()> {
+        self.act(calls::DESTROY_GI, index, |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let addr = g.addr;
+            mig_on(st, &g)?;
+            let gi = gi_of(st, addr, gpu_instance_id)?;
+            let backs_vgpu = st
+                .vfs_of(addr)
+                .iter()
+                .any(|(_, p)| p.vf.as_ref().and_then(|v| v.gpu_instance) == Some(gpu_instance_id));
+            if !gi.cis.is_empty() || gi.in_use || backs_vgpu {
+                return Err(NvmlCode::IN_USE);
+            }
+            gpu_state_mut(st, addr)?
+                .gis
+                .retain(|x| x.id != gpu_instance_id);
+            Ok(())
+        })
+    }
+
+    fn compute_instance_profiles(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+    ) -> NvmlResult<Vec<ComputeInstanceProfile>> {
+        self.look(calls::CI_PROFILES, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            mig_on(st, &g)?;
+            Ok(mig::ci_profiles(gi_of(st, g.addr, gpu_instance_id)?))
+        })
+    }
+
+    fn compute_instances(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+    ) -> NvmlResult<Vec<ComputeInstance>> {
+        self.look(calls::CIS, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            mig_on(st, &g)?;
+            let gi = gi_of(st, g.addr, gpu_instance_id)?;
+            let mut out: Vec<ComputeInstance> = gi
+                .cis
+                .iter()
+                .map(|c| ComputeInstance {
+                    id: c.id,
+                    gpu_instance_id,
+                    profile_id: c.profile_id,
+                    placement: c.placement,
+                })
+                .collect();
+            out.sort_by_key(|c| c.id);
+            Ok(out)
+        })
+    }
+
+    fn create_compute_instance(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+        profile_id: u32,
+    ) -> NvmlResult<ComputeInstance> {
+        self.act(calls::CREATE_CI, index, |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let addr = g.addr;
+            mig_on(st, &g)?;
+            let (id, placement) = mig::place_ci(gi_of(st, addr, gpu_instance_id)?, profile_id)?;
+            let gi = gpu_state_mut(st, addr)?
+                .gis
+                .iter_mut()
+                .find(|x| x.id == gpu_instance_id)
+                .ok_or(NvmlCode::NOT_FOUND)?;
+            gi.cis.push(CiState {
+                id,
+                profile_id,
+                placement,
+            });
+            Ok(ComputeInstance {
+                id,
+                gpu_instance_id,
+                profile_id,
+                placement,
+            })
+        })
+    }
+
+    fn destroy_compute_instance(
+        &self,
+        index: u32,
+        gpu_instance_id: u32,
+        compute_instance_id: u32,
+    ) -> NvmlResult<()> {
+        self.act(calls::DESTROY_CI, index, |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let addr = g.addr;
+            mig_on(st, &g)?;
+            let gi = gi_of(st, addr, gpu_instance_id)?;
+            if !gi.cis.iter().any(|c| c.id == compute_instance_id) {
+                return Err(NvmlCode::NOT_FOUND);
+            }
+            if gi.in_use {
+                return Err(NvmlCode::IN_USE);
+            }
+            let gi = gpu_state_mut(st, addr)?
+                .gis
+                .iter_mut()
+                .find(|x| x.id == gpu_instance_id)
+                .ok_or(NvmlCode::NOT_FOUND)?;
+            gi.cis.retain(|c| c.id != compute_instance_id);
+            Ok(())
+        })
+    }
+
+    fn telemetry(&self, index: u32) -> NvmlResult<Telemetry> {
+        self.act(calls::TELEMETRY, index, |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let (addr, model) = (g.addr, g.model.clone());
+            let used = fb_used(st, addr, &model);
+            let seed = st.profile.telemetry_seed;
+            let t = &mut gpu_state_mut(st, addr)?.telemetry;
+            telemetry::step(t, seed, addr, &model);
+            Ok(telemetry::sample(t, &model, used))
+        })
+    }
+
+    fn supported_vgpu_types(&self, index: u32) -> NvmlResult<Vec<VgpuTypeInfo>> {
+        self.look(calls::VGPU_TYPES, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let mut out: Vec<VgpuTypeInfo> = g
+                .model
+                .vgpu_types
+                .iter()
+                .filter_map(|t| {
+                    Some(VgpuTypeInfo {
+                        id: VgpuTypeId::new(t.id)?,
+                        name: t.name.clone(),
+                        class: t.class.clone(),
+                        framebuffer_mib: t.framebuffer_mib,
+                        max_instances: t.max_instances,
+                    })
+                })
+                .collect();
+            // NVML's vGPU type id of an mdev type is the number in its `nvidia-<n>` name.
+            let fb = g.model.vgpu_framebuffer_mib.unwrap_or(g.model.memory_mib);
+            out.extend(g.model.mdev_types.iter().filter_map(|t| {
+                let id = t.id.as_str().strip_prefix("nvidia-")?.parse::<u32>().ok()?;
+                let by_fb = u32::try_from(fb / t.framebuffer_mib.max(1)).unwrap_or(u32::MAX);
+                Some(VgpuTypeInfo {
+                    id: VgpuTypeId::new(id)?,
+                    name: t.name.clone(),
+                    class: t
+                        .class
+                        .clone()
+                        .unwrap_or_else(|| mdev_class(&t.name).to_owned()),
+                    framebuffer_mib: t.framebuffer_mib,
+                    max_instances: t.max_instances.map_or(by_fb, |m| m.min(by_fb)),
+                })
+            }));
+            Ok(out)
+        })
+    }
+
+    fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>> {
+        self.look(calls::NVLINK, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let visible = visible_gpus(st, hw);
+            let mut peers = BTreeSet::new();
+            if st.profile.nvswitch && g.model.nvlink {
+                peers.extend(
+                    visible
+                        .iter()
+                        .copied()
+                        .filter(|a| st.gpu(*a).is_some_and(|(_, m)| m.nvlink)),
+                );
+            }
+            if let Some((spec, _)) = st.gpu(g.addr) {
+                peers.extend(
+                    spec.nvlink_peers
+                        .iter()
+                        .copied()
+                        .filter(|a| visible.contains(a)),
+                );
+            }
+            peers.extend(
+                st.profile
+                    .gpus
+                    .iter()
+                    .filter(|o| o.nvlink_peers.contains(&g.addr) && visible.contains(&o.address))
+                    .map(|o| o.address),
+            );
+            peers.remove(&g.addr);
+            Ok(peers.into_iter().collect())
+        })
+    }
+
+    fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>> {
+        self.fault(calls::XID, None)?;
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        loop {
+            let next = self
+                .host
+                .store()
+                .write(|st, _| -> Result<Option<XidEvent>, NvmlCode> {
+                    let Some(x) = st.xids.pop_front() else {
+                        return Ok(None);
+                    };
+                    Ok(Some(XidEvent {
+                        gpu_uuid: gpu_uuid(st, x.gpu),
+                        xid: x.xid,
+                    }))
+                })
+                .map_err(|_| Self::err(calls::XID, NvmlCode::UNKNOWN))?
+                .map_err(|c| Self::err(calls::XID, c))?;
+            let now = Instant::now();
+            if next.is_some() || now >= deadline {
+                return Ok(next);
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
+        }
+    }
+}

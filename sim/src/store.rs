@@ -1,0 +1,313 @@
+//! Where the model lives: in memory, or in `<dir>/host.json` shared between processes.
+//!
+//! Every operation takes the process-local mutex, then (with a directory) a `flock` on
+//! `<dir>/lock` — shared to read, exclusive to change — reloads `host.json` if another handle
+//! replaced it, works on the model, and on a change writes a new `host.json` atomically (temp
+//! file, fsync, rename, fsync of the directory). A change runs on a copy that is only kept when
+//! the operation succeeds, so a refused write changes nothing.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::SimError;
+use crate::state::{FORMAT, Hw, State};
+use crate::tree::{self, Tree};
+
+const STATE_FILE: &str = "host.json";
+const LOCK_FILE: &str = "lock";
+
+/// Identity of the state file as last read or written; a replacement by rename changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl Stamp {
+    fn of(meta: &fs::Metadata) -> Self {
+        Self {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Backing {
+    dir: PathBuf,
+    lock: File,
+}
+
+#[derive(Debug)]
+struct Cache {
+    state: State,
+    hw: Arc<Hw>,
+    tree: Option<Arc<Tree>>,
+    stamp: Option<Stamp>,
+}
+
+/// The shared model behind every handle of one host.
+#[derive(Debug)]
+pub(crate) struct Store {
+    backing: Option<Backing>,
+    cache: Mutex<Cache>,
+}
+
+/// A read-only view handed to readers.
+pub(crate) struct View<'a> {
+    pub state: &'a State,
+    pub hw: &'a Hw,
+    tree: &'a mut Option<Arc<Tree>>,
+}
+
+impl View<'_> {
+    /// The sysfs tree of this state, rendered on first use.
+    pub(crate) fn tree(&mut self) -> Arc<Tree> {
+        if let Some(t) = self.tree.as_ref() {
+            return t.clone();
+        }
+        let t = Arc::new(tree::render(self.state, self.hw));
+        *self.tree = Some(t.clone());
+        t
+    }
+}
+
+enum LockKind {
+    Shared,
+    Exclusive,
+}
+
+struct FileLock<'a>(Option<&'a File>);
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0 {
+            // Closing would release it too; an unlock failure leaves nothing to recover.
+            let _ = f.unlock();
+        }
+    }
+}
+
+impl Store {
+    pub(crate) fn in_memory(state: State) -> Self {
+        let hw = Arc::new(Hw::build(&state.profile));
+        Self {
+            backing: None,
+            cache: Mutex::new(Cache {
+                state,
+                hw,
+                tree: None,
+                stamp: None,
+            }),
+        }
+    }
+
+    /// A new state directory with this state; fails if one exists.
+    pub(crate) fn create(dir: &Path, state: State) -> Result<Self, SimError> {
+        fs::create_dir_all(dir).map_err(|e| SimError::io(dir, e))?;
+        let lock = open_lock(dir)?;
+        let store = Self::from_parts(dir, lock, state);
+        {
+            let cache = store.lock_cache();
+            let _guard = store.file_lock(LockKind::Exclusive)?;
+            if dir.join(STATE_FILE).exists() {
+                return Err(SimError::StateExists {
+                    dir: dir.to_owned(),
+                });
+            }
+            let mut cache = cache;
+            let stamp = store.save(&cache.state)?;
+            cache.stamp = Some(stamp);
+        }
+        Ok(store)
+    }
+
+    /// An existing state directory.
+    pub(crate) fn open(dir: &Path) -> Result<Self, SimError> {
+        if !dir.join(STATE_FILE).exists() {
+            return Err(SimError::NoState {
+                dir: dir.to_owned(),
+            });
+        }
+        let lock = open_lock(dir)?;
+        let _guard = lock_file(&lock, LockKind::Shared, dir)?;
+        let (state, stamp) = load(&dir.join(STATE_FILE))?;
+        drop(_guard);
+        let store = Self::from_parts(dir, lock, state);
+        store.lock_cache().stamp = Some(stamp);
+        Ok(store)
+    }
+
+    fn from_parts(dir: &Path, lock: File, state: State) -> Self {
+        let hw = Arc::new(Hw::build(&state.profile));
+        Self {
+            backing: Some(Backing {
+                dir: dir.to_owned(),
+                lock,
+            }),
+            cache: Mutex::new(Cache {
+                state,
+                hw,
+                tree: None,
+                stamp: None,
+            }),
+        }
+    }
+
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.backing.as_ref().map(|b| b.dir.as_path())
+    }
+
+    fn lock_cache(&self) -> MutexGuard<'_, Cache> {
+        // A panic while holding the lock cannot leave a half-applied change: changes are made on
+        // a copy. So a poisoned lock is still consistent.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn file_lock(&self, kind: LockKind) -> Result<FileLock<'_>, SimError> {
+        match &self.backing {
+            None => Ok(FileLock(None)),
+            Some(b) => lock_file(&b.lock, kind, &b.dir),
+        }
+    }
+
+    fn refresh(&self, cache: &mut Cache) -> Result<(), SimError> {
+        let Some(b) = &self.backing else {
+            return Ok(());
+        };
+        let path = b.dir.join(STATE_FILE);
+        let meta = fs::metadata(&path).map_err(|e| SimError::io(&path, e))?;
+        if cache.stamp == Some(Stamp::of(&meta)) {
+            return Ok(());
+        }
+        let (state, stamp) = load(&path)?;
+        if state.profile != cache.state.profile {
+            cache.hw = Arc::new(Hw::build(&state.profile));
+        }
+        cache.state = state;
+        cache.tree = None;
+        cache.stamp = Some(stamp);
+        Ok(())
+    }
+
+    fn save(&self, state: &State) -> Result<Stamp, SimError> {
+        let Some(b) = &self.backing else {
+            return Ok(Stamp {
+                ino: 0,
+                size: 0,
+                mtime: 0,
+                mtime_nsec: 0,
+            });
+        };
+        let json = serde_json::to_vec(state).map_err(SimError::Encode)?;
+        let path = b.dir.join(STATE_FILE);
+        let tmp = b
+            .dir
+            .join(format!("{STATE_FILE}.tmp.{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&json)?;
+            f.sync_all()
+        };
+        write().map_err(|e| SimError::io(&tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| SimError::io(&path, e))?;
+        File::open(&b.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| SimError::io(&b.dir, e))?;
+        let meta = fs::metadata(&path).map_err(|e| SimError::io(&path, e))?;
+        Ok(Stamp::of(&meta))
+    }
+
+    /// Runs `f` on the cached state without looking for changes by other handles: for what
+    /// never changes (the profile).
+    pub(crate) fn peek<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.lock_cache().state)
+    }
+
+    /// Runs `f` on the current state without changing it.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&mut View<'_>) -> T) -> Result<T, SimError> {
+        let mut cache = self.lock_cache();
+        let _guard = self.file_lock(LockKind::Shared)?;
+        self.refresh(&mut cache)?;
+        let Cache {
+            state, hw, tree, ..
+        } = &mut *cache;
+        let mut view = View { state, hw, tree };
+        Ok(f(&mut view))
+    }
+
+    /// Runs `f` on a copy of the state and keeps the copy if `f` succeeds and changed it.
+    pub(crate) fn write<T, E>(
+        &self,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
+    ) -> Result<Result<T, E>, SimError> {
+        let mut cache = self.lock_cache();
+        let _guard = self.file_lock(LockKind::Exclusive)?;
+        self.refresh(&mut cache)?;
+        let mut next = cache.state.clone();
+        let hw = cache.hw.clone();
+        let out = f(&mut next, &hw);
+        if out.is_ok() && next != cache.state {
+            let stamp = self.save(&next)?;
+            cache.state = next;
+            cache.tree = None;
+            cache.stamp = Some(stamp);
+        }
+        Ok(out)
+    }
+}
+
+fn open_lock(dir: &Path) -> Result<File, SimError> {
+    let path = dir.join(LOCK_FILE);
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| SimError::io(&path, e))
+}
+
+fn lock_file<'a>(file: &'a File, kind: LockKind, dir: &Path) -> Result<FileLock<'a>, SimError> {
+    let res = match kind {
+        LockKind::Shared => file.lock_shared(),
+        LockKind::Exclusive => file.lock(),
+    };
+    res.map_err(|e| SimError::io(dir.join(LOCK_FILE), e))?;
+    Ok(FileLock(Some(file)))
+}
+
+fn load(path: &Path) -> Result<(State, Stamp), SimError> {
+    let mut file = File::open(path).map_err(|e| SimError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| SimError::io(path, e))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| SimError::io(path, e))?;
+    #[derive(serde::Deserialize)]
+    struct Header {
+        format: u32,
+    }
+    let header: Header = serde_json::from_slice(&bytes).map_err(|e| SimError::CorruptState {
+        path: path.to_owned(),
+        source: e,
+    })?;
+    if header.format != FORMAT {
+        return Err(SimError::StateFormat {
+            path: path.to_owned(),
+            found: header.format,
+            expected: FORMAT,
+        });
+    }
+    let state: State = serde_json::from_slice(&bytes).map_err(|e| SimError::CorruptState {
+        path: path.to_owned(),
+        source: e,
+    })?;
+    state.profile.validate()?;
+    Ok((state, Stamp::of(&meta)))
+}

@@ -1,0 +1,53 @@
+//! Plausible GPU telemetry: a bounded random walk, one step per sample, persisted with the host
+//! so values continue across agent restarts. Deterministic for a given profile seed.
+
+use gpu::Telemetry;
+use ids::PciAddress;
+
+use crate::profile::GpuModel;
+use crate::state::TelemetryState;
+use crate::util::fnv1a;
+
+/// Advances the walk by one sample (nominally one second).
+pub(crate) fn step(t: &mut TelemetryState, seed: u64, gpu: PciAddress, model: &GpuModel) {
+    let mix = seed ^ fnv1a(gpu.to_string().as_bytes()) ^ t.tick.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut rng = fastrand::Rng::with_seed(mix);
+    if t.tick == 0 {
+        t.gpu_util = rng.u32(0..10);
+        t.temperature_c = 30 + rng.u32(0..5);
+    }
+    t.tick += 1;
+    let util = i64::from(t.gpu_util) + rng.i64(-12..=12);
+    t.gpu_util = util.clamp(0, 100) as u32;
+    let mem = i64::from(t.gpu_util) * 6 / 10 + rng.i64(-5..=5);
+    t.mem_util = mem.clamp(0, 100) as u32;
+    // Temperature follows load with lag: move a third of the way to the load's level.
+    let target = 30 + i64::from(t.gpu_util) / 2;
+    let temp =
+        i64::from(t.temperature_c) + (target - i64::from(t.temperature_c)) / 3 + rng.i64(-1..=1);
+    t.temperature_c = temp.clamp(25, 90) as u32;
+    let idle = u64::from(model.idle_power_w) * 1000;
+    let limit = u64::from(model.power_limit_w.max(model.idle_power_w)) * 1000;
+    let load = idle + (limit - idle) * u64::from(t.gpu_util) / 100;
+    let jitter = load / 50;
+    let power = load.saturating_sub(jitter) + rng.u64(0..=jitter * 2);
+    t.power_mw = u32::try_from(power.min(limit)).unwrap_or(u32::MAX);
+    // One sample stands for one second: mW × 1 s = mJ.
+    t.energy_mj += u64::from(t.power_mw);
+}
+
+/// The sample NVML reports for the walk's current position.
+pub(crate) fn sample(t: &TelemetryState, model: &GpuModel, fb_used_mib: u64) -> Telemetry {
+    let used = fb_used_mib.min(model.memory_mib);
+    Telemetry {
+        gpu_util_pct: t.gpu_util,
+        mem_copy_util_pct: t.mem_util,
+        fb_used_mib: used,
+        fb_free_mib: model.memory_mib - used,
+        temperature_c: t.temperature_c,
+        power_mw: t.power_mw,
+        energy_mj: t.energy_mj,
+        sm_clock_mhz: model.sm_clock_mhz * (60 + 40 * t.gpu_util / 100) / 100,
+        mem_clock_mhz: model.mem_clock_mhz,
+    }
+}

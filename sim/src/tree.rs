@@ -1,0 +1,473 @@
+//! The sysfs (and `/dev/vfio`, `/proc`) view of the model, rendered as a tree of nodes.
+//!
+//! The tree is rebuilt whenever the state changes and cached until the next change; reads
+//! resolve paths in it, writes find the store handler ([`Store`]) of the attribute and apply the
+//! kernel's rule to the state. Paths and formats are those of `docs/sysfs.md`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ids::{MdevTypeId, MdevUuid, PciAddress};
+
+use crate::kernel::{self, PartitionAxis};
+use crate::state::{Hw, HwDev, State};
+use crate::util::{format_cpulist, relative_link};
+
+/// What a write to an attribute does.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Store {
+    DriverOverride(PciAddress),
+    SriovNumvfs(PciAddress),
+    Bind(String),
+    Unbind(String),
+    DriversProbe,
+    MdevCreate(PciAddress, MdevTypeId),
+    MdevRemove(MdevUuid),
+    VgpuType(PciAddress),
+    Partition(PciAddress, PartitionAxis),
+}
+
+/// One node of the tree.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    Dir(BTreeSet<String>),
+    /// An attribute: contents when readable, store handler when writable.
+    Attr {
+        content: Option<String>,
+        store: Option<Store>,
+    },
+    /// A symbolic link with its relative target.
+    Link(String),
+    /// A character device (`/dev/vfio/<n>`).
+    CharDev,
+}
+
+/// The rendered tree, keyed by absolute path.
+#[derive(Debug, Default)]
+pub(crate) struct Tree {
+    nodes: HashMap<String, Node>,
+}
+
+fn parent_of(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(0) => ("/", &path[1..]),
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("/", path),
+    }
+}
+
+impl Tree {
+    pub(crate) fn get(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    fn dir(&mut self, path: &str) {
+        if path == "/" {
+            self.nodes
+                .entry("/".to_owned())
+                .or_insert_with(|| Node::Dir(BTreeSet::new()));
+            return;
+        }
+        if matches!(self.nodes.get(path), Some(Node::Dir(_))) {
+            return;
+        }
+        self.insert(path, Node::Dir(BTreeSet::new()));
+    }
+
+    fn insert(&mut self, path: &str, node: Node) {
+        let (parent, name) = parent_of(path);
+        self.dir(parent);
+        if let Some(Node::Dir(names)) = self.nodes.get_mut(parent) {
+            names.insert(name.to_owned());
+        }
+        self.nodes.insert(path.to_owned(), node);
+    }
+
+    fn ro(&mut self, path: &str, content: impl Into<String>) {
+        self.insert(
+            path,
+            Node::Attr {
+                content: Some(content.into()),
+                store: None,
+            },
+        );
+    }
+
+    fn rw(&mut self, path: &str, content: impl Into<String>, store: Store) {
+        self.insert(
+            path,
+            Node::Attr {
+                content: Some(content.into()),
+                store: Some(store),
+            },
+        );
+    }
+
+    fn wo(&mut self, path: &str, store: Store) {
+        self.insert(
+            path,
+            Node::Attr {
+                content: None,
+                store: Some(store),
+            },
+        );
+    }
+
+    /// A link at `path` to the absolute `target`, stored relative like the kernel's.
+    fn link(&mut self, path: &str, target: &str) {
+        self.insert(path, Node::Link(relative_link(path, target)));
+    }
+}
+
+/// Renders the whole tree.
+pub(crate) fn render(state: &State, hw: &Hw) -> Tree {
+    let mut t = Tree::default();
+    t.dir("/");
+    render_system(&mut t, state, hw);
+    let dirs = device_dirs(state, hw);
+    for (addr, dir) in &dirs {
+        render_device(&mut t, state, hw, *addr, dir, &dirs);
+    }
+    render_drivers(&mut t, state, hw, &dirs);
+    render_groups(&mut t, state, hw, &dirs);
+    render_mdev(&mut t, state, hw, &dirs);
+    t
+}
+
+fn render_system(t: &mut Tree, state: &State, hw: &Hw) {
+    let ids: BTreeSet<u32> = hw.nodes.iter().map(|n| u32::from(n.id)).collect();
+    let online = format_cpulist(&ids);
+    t.ro("/sys/devices/system/node/online", format!("{online}\n"));
+    t.ro("/sys/devices/system/node/possible", format!("{online}\n"));
+    let with_cpu: BTreeSet<u32> = hw
+        .nodes
+        .iter()
+        .filter(|n| !n.cpus.is_empty())
+        .map(|n| u32::from(n.id))
+        .collect();
+    t.ro(
+        "/sys/devices/system/node/has_cpu",
+        format!("{}\n", format_cpulist(&with_cpu)),
+    );
+    t.ro("/sys/devices/system/node/has_memory", format!("{online}\n"));
+    for n in &hw.nodes {
+        let dir = format!("/sys/devices/system/node/node{}", n.id);
+        t.ro(
+            &format!("{dir}/cpulist"),
+            format!("{}\n", format_cpulist(&n.cpus)),
+        );
+        let dist: Vec<String> = n.distances.iter().map(u32::to_string).collect();
+        t.ro(&format!("{dir}/distance"), format!("{}\n", dist.join(" ")));
+        t.ro(
+            &format!("{dir}/meminfo"),
+            node_meminfo(n.id, n.memory_mib, n.memory_free_mib),
+        );
+    }
+    let cpus = hw.all_cpus();
+    t.ro(
+        "/sys/devices/system/cpu/online",
+        format!("{}\n", format_cpulist(&cpus)),
+    );
+    t.ro(
+        "/sys/devices/system/cpu/possible",
+        format!("{}\n", format_cpulist(&cpus)),
+    );
+    let total: u64 = hw.nodes.iter().map(|n| n.memory_mib).sum();
+    let free: u64 = hw.nodes.iter().map(|n| n.memory_free_mib).sum();
+    t.ro(
+        "/proc/meminfo",
+        format!(
+            "MemTotal:       {:>10} kB\nMemFree:        {:>10} kB\nMemAvailable:   {:>10} kB\n",
+            total * 1024,
+            free * 1024,
+            free * 1024
+        ),
+    );
+    t.ro(
+        "/proc/sys/kernel/hostname",
+        format!("{}\n", state.profile.hostname),
+    );
+}
+
+fn node_meminfo(id: u16, total_mib: u64, free_mib: u64) -> String {
+    let (total, free) = (total_mib * 1024, free_mib * 1024);
+    format!(
+        "Node {id} MemTotal:       {total:>10} kB\nNode {id} MemFree:        {free:>10} kB\nNode {id} MemUsed:        {:>10} kB\n",
+        total - free.min(total)
+    )
+}
+
+/// The sysfs directory of every present function; a VF sits next to its PF.
+fn device_dirs(state: &State, hw: &Hw) -> BTreeMap<PciAddress, String> {
+    let mut dirs = BTreeMap::new();
+    for (addr, p) in &state.pci {
+        let dir = match &p.vf {
+            None => hw.devices.get(addr).map(|d| d.dir.clone()),
+            Some(vf) => hw.devices.get(&vf.pf).map(|d| {
+                let (parent, _) = parent_of(&d.dir);
+                format!("{parent}/{addr}")
+            }),
+        };
+        if let Some(dir) = dir {
+            dirs.insert(*addr, dir);
+        }
+    }
+    dirs
+}
+
+/// The hardware description of a function: its own, or its PF's adjusted for a VF.
+fn identity(state: &State, hw: &Hw, addr: PciAddress) -> Option<HwDev> {
+    let p = state.pci.get(&addr)?;
+    match &p.vf {
+        None => hw.devices.get(&addr).cloned(),
+        Some(vf) => {
+            let mut d = hw.devices.get(&vf.pf)?.clone();
+            let sriov = state.gpu(vf.pf)?.1.sriov.as_ref()?;
+            d.device = sriov.vf_device.unwrap_or(d.device);
+            Some(d)
+        }
+    }
+}
+
+fn render_device(
+    t: &mut Tree,
+    state: &State,
+    hw: &Hw,
+    addr: PciAddress,
+    dir: &str,
+    dirs: &BTreeMap<PciAddress, String>,
+) {
+    let (Some(p), Some(id)) = (state.pci.get(&addr), identity(state, hw, addr)) else {
+        return;
+    };
+    t.link(&format!("/sys/bus/pci/devices/{addr}"), dir);
+    let f = |name: &str| format!("{dir}/{name}");
+    t.ro(&f("vendor"), format!("0x{}\n", id.vendor));
+    t.ro(&f("device"), format!("0x{}\n", id.device));
+    t.ro(
+        &f("subsystem_vendor"),
+        format!("0x{}\n", id.subsystem_vendor),
+    );
+    t.ro(
+        &f("subsystem_device"),
+        format!("0x{}\n", id.subsystem_device),
+    );
+    t.ro(&f("class"), format!("0x{:06x}\n", id.class));
+    t.ro(&f("numa_node"), format!("{}\n", id.numa_node));
+    let near = u16::try_from(id.numa_node).ok();
+    t.ro(
+        &f("local_cpulist"),
+        format!("{}\n", format_cpulist(&hw.cpus_near(near))),
+    );
+    for (name, value) in [
+        ("current_link_speed", &id.link_speed),
+        ("max_link_speed", &id.link_speed),
+    ] {
+        t.ro(&f(name), format!("{value}\n"));
+    }
+    t.ro(&f("current_link_width"), format!("{}\n", id.link_width));
+    t.ro(&f("max_link_width"), format!("{}\n", id.link_width));
+    let shown = p
+        .driver_override
+        .clone()
+        .unwrap_or_else(|| "(null)".to_owned());
+    t.rw(
+        &f("driver_override"),
+        format!("{shown}\n"),
+        Store::DriverOverride(addr),
+    );
+    if let Some(d) = &p.driver {
+        t.link(&f("driver"), &format!("/sys/bus/pci/drivers/{d}"));
+    }
+    t.link(
+        &f("iommu_group"),
+        &format!("/sys/kernel/iommu_groups/{}", p.iommu_group),
+    );
+    match &p.vf {
+        Some(vf) => {
+            if let Some(pf_dir) = dirs.get(&vf.pf) {
+                t.link(&f("physfn"), pf_dir);
+            }
+            render_vendor_vfio(t, state, addr, dir);
+        }
+        None => render_pf_extras(t, state, hw, addr, dir, dirs),
+    }
+}
+
+fn render_pf_extras(
+    t: &mut Tree,
+    state: &State,
+    hw: &Hw,
+    addr: PciAddress,
+    dir: &str,
+    dirs: &BTreeMap<PciAddress, String>,
+) {
+    let Some((_, model)) = state.gpu(addr) else {
+        return;
+    };
+    if let Some(s) = &model.sriov {
+        let vfs = state.vfs_of(addr);
+        t.ro(
+            &format!("{dir}/sriov_totalvfs"),
+            format!("{}\n", s.total_vfs),
+        );
+        t.rw(
+            &format!("{dir}/sriov_numvfs"),
+            format!("{}\n", vfs.len()),
+            Store::SriovNumvfs(addr),
+        );
+        t.ro(&format!("{dir}/sriov_offset"), format!("{}\n", s.offset));
+        t.ro(&format!("{dir}/sriov_stride"), format!("{}\n", s.stride));
+        t.ro(
+            &format!("{dir}/sriov_vf_device"),
+            format!("{}\n", s.vf_device.unwrap_or(model.device)),
+        );
+        t.ro(&format!("{dir}/sriov_drivers_autoprobe"), "1\n");
+        for (vf_addr, vf) in &vfs {
+            let (Some(target), Some(v)) = (dirs.get(vf_addr), vf.vf.as_ref()) else {
+                continue;
+            };
+            t.link(&format!("{dir}/virtfn{}", v.index), target);
+        }
+    }
+    if let (Some(amd), Some(g)) = (&model.amd, state.gpus.get(&addr))
+        && state.bound_to_default(hw, addr)
+    {
+        let current = g.compute_partition.clone().unwrap_or_default();
+        t.rw(
+            &format!("{dir}/current_compute_partition"),
+            format!("{current}\n"),
+            Store::Partition(addr, PartitionAxis::Compute),
+        );
+        t.ro(
+            &format!("{dir}/available_compute_partition"),
+            format!("{}\n", amd.compute_modes.join(", ")),
+        );
+        let current = g.memory_partition.clone().unwrap_or_default();
+        t.rw(
+            &format!("{dir}/current_memory_partition"),
+            format!("{current}\n"),
+            Store::Partition(addr, PartitionAxis::Memory),
+        );
+        t.ro(
+            &format!("{dir}/available_memory_partition"),
+            format!("{}\n", amd.memory_modes.join(", ")),
+        );
+    }
+}
+
+/// `<vf>/nvidia/`: present while the VF is bound to the NVIDIA driver of a vGPU-capable GPU.
+fn render_vendor_vfio(t: &mut Tree, state: &State, addr: PciAddress, dir: &str) {
+    let Some(p) = state.pci.get(&addr) else {
+        return;
+    };
+    let Some(vf) = &p.vf else { return };
+    let Some((_, model)) = state.gpu(vf.pf) else {
+        return;
+    };
+    let vf_driver = model.sriov.as_ref().and_then(|s| s.vf_driver.as_deref());
+    if model.vgpu_types.is_empty() || p.driver.is_none() || p.driver.as_deref() != vf_driver {
+        return;
+    }
+    // Real drivers (vGPU 17+) print a header line before the types.
+    let mut listing = String::from("ID    : vGPU Name\n");
+    // A VF that already has a vGPU lists nothing: its type can only be destroyed.
+    if vf.vgpu_type.is_none() {
+        for ty in kernel::creatable_vgpu_types(state, model, vf.pf) {
+            listing.push_str(&format!("{:<5} : {}\n", ty.id, ty.name));
+        }
+    }
+    t.ro(&format!("{dir}/nvidia/creatable_vgpu_types"), listing);
+    let current = vf.vgpu_type.unwrap_or(0);
+    t.rw(
+        &format!("{dir}/nvidia/current_vgpu_type"),
+        format!("{current}\n"),
+        Store::VgpuType(addr),
+    );
+}
+
+fn render_drivers(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {
+    t.wo("/sys/bus/pci/drivers_probe", Store::DriversProbe);
+    t.ro("/sys/bus/pci/drivers_autoprobe", "1\n");
+    for d in state.drivers(hw) {
+        let base = format!("/sys/bus/pci/drivers/{d}");
+        t.wo(&format!("{base}/bind"), Store::Bind(d.clone()));
+        t.wo(&format!("{base}/unbind"), Store::Unbind(d.clone()));
+    }
+    for (addr, p) in &state.pci {
+        if let (Some(d), Some(dir)) = (&p.driver, dirs.get(addr)) {
+            t.link(&format!("/sys/bus/pci/drivers/{d}/{addr}"), dir);
+        }
+    }
+}
+
+fn render_groups(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {
+    for (addr, p) in &state.pci {
+        let Some(dir) = dirs.get(addr) else { continue };
+        let g = format!("/sys/kernel/iommu_groups/{}", p.iommu_group);
+        t.link(&format!("{g}/devices/{addr}"), dir);
+        t.ro(&format!("{g}/type"), "DMA\n");
+    }
+    for (uuid, m) in &state.mdevs {
+        let Some(parent) = dirs.get(&m.parent) else {
+            continue;
+        };
+        let g = format!("/sys/kernel/iommu_groups/{}", m.iommu_group);
+        t.link(&format!("{g}/devices/{uuid}"), &format!("{parent}/{uuid}"));
+        t.ro(&format!("{g}/type"), "DMA\n");
+    }
+    let _ = hw;
+    t.insert("/dev/vfio/vfio", Node::CharDev);
+    for g in state.vfio_groups() {
+        t.insert(&format!("/dev/vfio/{g}"), Node::CharDev);
+    }
+}
+
+fn render_mdev(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {
+    let mdev_capable = state
+        .profile
+        .models
+        .values()
+        .any(|m| !m.mdev_types.is_empty());
+    if !mdev_capable {
+        return;
+    }
+    t.dir("/sys/class/mdev_bus");
+    t.dir("/sys/bus/mdev/devices");
+    for parent in state.mdev_parents(hw) {
+        let (Some(dir), Some((_, model))) = (dirs.get(&parent), state.gpu(parent)) else {
+            continue;
+        };
+        t.link(&format!("/sys/class/mdev_bus/{parent}"), dir);
+        for ty in &model.mdev_types {
+            let tdir = format!("{dir}/mdev_supported_types/{}", ty.id);
+            t.ro(&format!("{tdir}/name"), format!("{}\n", ty.name));
+            t.ro(
+                &format!("{tdir}/description"),
+                format!("{}\n", ty.description),
+            );
+            t.ro(&format!("{tdir}/device_api"), "vfio-pci\n");
+            let avail = kernel::mdev_available(state, parent, &ty.id);
+            t.ro(&format!("{tdir}/available_instances"), format!("{avail}\n"));
+            t.wo(
+                &format!("{tdir}/create"),
+                Store::MdevCreate(parent, ty.id.clone()),
+            );
+            t.dir(&format!("{tdir}/devices"));
+        }
+    }
+    for (uuid, m) in &state.mdevs {
+        let Some(parent_dir) = dirs.get(&m.parent) else {
+            continue;
+        };
+        let mdir = format!("{parent_dir}/{uuid}");
+        let tdir = format!("{parent_dir}/mdev_supported_types/{}", m.type_id);
+        t.link(&format!("{mdir}/mdev_type"), &tdir);
+        t.link(
+            &format!("{mdir}/iommu_group"),
+            &format!("/sys/kernel/iommu_groups/{}", m.iommu_group),
+        );
+        t.wo(&format!("{mdir}/remove"), Store::MdevRemove(*uuid));
+        t.link(&format!("{tdir}/devices/{uuid}"), &mdir);
+        t.link(&format!("/sys/bus/mdev/devices/{uuid}"), &mdir);
+    }
+}
