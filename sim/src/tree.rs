@@ -124,8 +124,9 @@ pub(crate) fn render(state: &State, hw: &Hw) -> Tree {
     t.dir("/");
     render_system(&mut t, state, hw);
     let dirs = device_dirs(state, hw);
+    let listings = creatable_listings(state);
     for (addr, dir) in &dirs {
-        render_device(&mut t, state, hw, *addr, dir, &dirs);
+        render_device(&mut t, state, hw, *addr, dir, &dirs, &listings);
     }
     render_drivers(&mut t, state, hw, &dirs);
     render_groups(&mut t, state, hw, &dirs);
@@ -228,6 +229,23 @@ fn identity(state: &State, hw: &Hw, addr: PciAddress) -> Option<HwDev> {
     }
 }
 
+/// `creatable_vgpu_types` of an untyped VF, per PF: the same for every VF of a GPU.
+fn creatable_listings(state: &State) -> BTreeMap<PciAddress, String> {
+    let mut out = BTreeMap::new();
+    for g in &state.profile.gpus {
+        let Some(model) = state.profile.model_of(g).filter(|m| !m.vgpu_types.is_empty()) else {
+            continue;
+        };
+        // Real drivers (vGPU 17+) print a header line before the types.
+        let mut listing = String::from("ID    : vGPU Name\n");
+        for ty in kernel::creatable_vgpu_types(state, model, g.address) {
+            listing.push_str(&format!("{:<5} : {}\n", ty.id, ty.name));
+        }
+        out.insert(g.address, listing);
+    }
+    out
+}
+
 fn render_device(
     t: &mut Tree,
     state: &State,
@@ -235,6 +253,7 @@ fn render_device(
     addr: PciAddress,
     dir: &str,
     dirs: &BTreeMap<PciAddress, String>,
+    listings: &BTreeMap<PciAddress, String>,
 ) {
     let (Some(p), Some(id)) = (state.pci.get(&addr), identity(state, hw, addr)) else {
         return;
@@ -287,7 +306,7 @@ fn render_device(
             if let Some(pf_dir) = dirs.get(&vf.pf) {
                 t.link(&f("physfn"), pf_dir);
             }
-            render_vendor_vfio(t, state, addr, dir);
+            render_vendor_vfio(t, state, addr, dir, listings);
         }
         None => render_pf_extras(t, state, hw, addr, dir, dirs),
     }
@@ -356,7 +375,7 @@ fn render_pf_extras(
 }
 
 /// `<vf>/nvidia/`: present while the VF is bound to the NVIDIA driver of a vGPU-capable GPU.
-fn render_vendor_vfio(t: &mut Tree, state: &State, addr: PciAddress, dir: &str) {
+fn render_vendor_vfio(t: &mut Tree, state: &State, addr: PciAddress, dir: &str, listings: &BTreeMap<PciAddress, String>) {
     let Some(p) = state.pci.get(&addr) else {
         return;
     };
@@ -368,14 +387,11 @@ fn render_vendor_vfio(t: &mut Tree, state: &State, addr: PciAddress, dir: &str) 
     if model.vgpu_types.is_empty() || p.driver.is_none() || p.driver.as_deref() != vf_driver {
         return;
     }
-    // Real drivers (vGPU 17+) print a header line before the types.
-    let mut listing = String::from("ID    : vGPU Name\n");
     // A VF that already has a vGPU lists nothing: its type can only be destroyed.
-    if vf.vgpu_type.is_none() {
-        for ty in kernel::creatable_vgpu_types(state, model, vf.pf) {
-            listing.push_str(&format!("{:<5} : {}\n", ty.id, ty.name));
-        }
-    }
+    let listing = match vf.vgpu_type {
+        None => listings.get(&vf.pf).cloned().unwrap_or_default(),
+        Some(_) => String::from("ID    : vGPU Name\n"),
+    };
     t.ro(&format!("{dir}/nvidia/creatable_vgpu_types"), listing);
     let current = vf.vgpu_type.unwrap_or(0);
     t.rw(
