@@ -143,7 +143,7 @@ pub(crate) enum Access<'a> {
 fn path_matches(pattern: &str, paths: &[&str; 2]) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => paths.iter().any(|p| p.starts_with(prefix)),
-        None => paths.iter().any(|p| *p == pattern),
+        None => paths.contains(&pattern),
     }
 }
 

@@ -233,7 +233,11 @@ fn identity(state: &State, hw: &Hw, addr: PciAddress) -> Option<HwDev> {
 fn creatable_listings(state: &State) -> BTreeMap<PciAddress, String> {
     let mut out = BTreeMap::new();
     for g in &state.profile.gpus {
-        let Some(model) = state.profile.model_of(g).filter(|m| !m.vgpu_types.is_empty()) else {
+        let Some(model) = state
+            .profile
+            .model_of(g)
+            .filter(|m| !m.vgpu_types.is_empty())
+        else {
             continue;
         };
         // Real drivers (vGPU 17+) print a header line before the types.
@@ -375,7 +379,13 @@ fn render_pf_extras(
 }
 
 /// `<vf>/nvidia/`: present while the VF is bound to the NVIDIA driver of a vGPU-capable GPU.
-fn render_vendor_vfio(t: &mut Tree, state: &State, addr: PciAddress, dir: &str, listings: &BTreeMap<PciAddress, String>) {
+fn render_vendor_vfio(
+    t: &mut Tree,
+    state: &State,
+    addr: PciAddress,
+    dir: &str,
+    listings: &BTreeMap<PciAddress, String>,
+) {
     let Some(p) = state.pci.get(&addr) else {
         return;
     };

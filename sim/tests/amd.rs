@@ -1,4 +1,5 @@
 //! AMD MI300X: partitions in sysfs and through AMD SMI, VF counts per mode.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
 
@@ -22,8 +23,18 @@ fn gpus_and_vf_counts() {
     assert_eq!(gpus[0].name, "AMD Instinct MI300X");
     assert_eq!(gpus[0].memory_total_mib, 196592);
     assert!(gpus[0].uuid.is_some());
-    assert_eq!(amd.num_vf(addr(MI300)).unwrap(), gpu::VfCount { enabled: 1, supported: 1 });
-    assert_eq!(status(amd.num_vf(addr("0000:41:00.0"))), AmdStatus::NOT_FOUND, "an NVIDIA GPU");
+    assert_eq!(
+        amd.num_vf(addr(MI300)).unwrap(),
+        gpu::VfCount {
+            enabled: 1,
+            supported: 1
+        }
+    );
+    assert_eq!(
+        status(amd.num_vf(addr("0000:41:00.0"))),
+        AmdStatus::NOT_FOUND,
+        "an NVIDIA GPU"
+    );
     assert!(host("dgx-a100").amd().gpus().unwrap().is_empty());
 }
 
@@ -36,30 +47,71 @@ fn partitions_change_only_without_vfs() {
     assert_eq!((p.compute.as_str(), p.memory.as_str()), ("SPX", "NPS1"));
     assert_eq!(p.compute_available, vec!["SPX", "DPX", "QPX", "CPX"]);
     assert_eq!(read(&fs, &dev(MI300, "current_compute_partition")), "SPX");
-    assert_eq!(read(&fs, &dev(MI300, "available_compute_partition")), "SPX, DPX, QPX, CPX");
-    assert_eq!(read(&fs, &dev(MI300, "available_memory_partition")), "NPS1, NPS4");
+    assert_eq!(
+        read(&fs, &dev(MI300, "available_compute_partition")),
+        "SPX, DPX, QPX, CPX"
+    );
+    assert_eq!(
+        read(&fs, &dev(MI300, "available_memory_partition")),
+        "NPS1, NPS4"
+    );
 
-    assert_eq!(status(amd.set_compute_partition(addr(MI300), "CPX")), AmdStatus::BUSY, "a VF is enabled");
-    assert_eq!(write_err(&fs, &dev(MI300, "current_compute_partition"), "CPX"), EBUSY);
-    assert_eq!(status(amd.set_compute_partition(addr(MI300), "XPX")), AmdStatus::INVAL);
-    assert_eq!(write_err(&fs, &dev(MI300, "current_memory_partition"), "NPS8"), EINVAL);
+    assert_eq!(
+        status(amd.set_compute_partition(addr(MI300), "CPX")),
+        AmdStatus::BUSY,
+        "a VF is enabled"
+    );
+    assert_eq!(
+        write_err(&fs, &dev(MI300, "current_compute_partition"), "CPX"),
+        EBUSY
+    );
+    assert_eq!(
+        status(amd.set_compute_partition(addr(MI300), "XPX")),
+        AmdStatus::INVAL
+    );
+    assert_eq!(
+        write_err(&fs, &dev(MI300, "current_memory_partition"), "NPS8"),
+        EINVAL
+    );
 
     amd.set_num_vf(addr(MI300), 0).unwrap();
-    assert_eq!(read(&fs, &dev(MI300, "sriov_numvfs")), "0", "AMD SMI and sysfs share the state");
+    assert_eq!(
+        read(&fs, &dev(MI300, "sriov_numvfs")),
+        "0",
+        "AMD SMI and sysfs share the state"
+    );
     amd.set_compute_partition(addr(MI300), "CPX").unwrap();
     write(&fs, &dev(MI300, "current_memory_partition"), "NPS4\n");
     let p = amd.partition(addr(MI300)).unwrap();
     assert_eq!((p.compute.as_str(), p.memory.as_str()), ("CPX", "NPS4"));
-    assert_eq!(amd.num_vf(addr(MI300)).unwrap(), gpu::VfCount { enabled: 0, supported: 8 });
+    assert_eq!(
+        amd.num_vf(addr(MI300)).unwrap(),
+        gpu::VfCount {
+            enabled: 0,
+            supported: 8
+        }
+    );
 
     amd.set_num_vf(addr(MI300), 8).unwrap();
     assert_eq!(vfs(&fs, MI300).len(), 8);
-    assert_eq!(status(amd.set_num_vf(addr(MI300), 4)), AmdStatus::BUSY, "non-zero to non-zero");
-    assert_eq!(status(amd.set_num_vf(addr(MI300), 9)), AmdStatus::INVAL, "above the total");
+    assert_eq!(
+        status(amd.set_num_vf(addr(MI300), 4)),
+        AmdStatus::BUSY,
+        "non-zero to non-zero"
+    );
+    assert_eq!(
+        status(amd.set_num_vf(addr(MI300), 9)),
+        AmdStatus::INVAL,
+        "above the total"
+    );
     // Back to SPX: only one VF fits.
     amd.set_num_vf(addr(MI300), 0).unwrap();
     write(&fs, &dev(MI300, "current_compute_partition"), "spx");
-    assert_eq!(status(amd.set_num_vf(addr(MI300), 2)), AmdStatus::INVAL, "SPX supports one VF");
+    assert_eq!(
+        status(amd.set_num_vf(addr(MI300), 2)),
+        AmdStatus::INVAL,
+        "SPX supports one VF"
+    );
     assert_eq!(write_err(&fs, &dev(MI300, "sriov_numvfs"), "2"), EINVAL);
     amd.set_num_vf(addr(MI300), 1).unwrap();
 }
@@ -72,5 +124,11 @@ fn partitions_survive_a_reboot_but_vfs_come_back_from_the_boot_service() {
     amd.set_compute_partition(addr(MI300), "DPX").unwrap();
     h.reboot().unwrap();
     assert_eq!(amd.partition(addr(MI300)).unwrap().compute, "DPX");
-    assert_eq!(amd.num_vf(addr(MI300)).unwrap(), gpu::VfCount { enabled: 1, supported: 2 });
+    assert_eq!(
+        amd.num_vf(addr(MI300)).unwrap(),
+        gpu::VfCount {
+            enabled: 1,
+            supported: 2
+        }
+    );
 }

@@ -1,4 +1,5 @@
 //! SR-IOV (`sriov_numvfs`) and driver binding (`driver_override`, bind/unbind, drivers_probe).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
 
@@ -22,15 +23,28 @@ fn boot_service_enabled_all_vfs_with_their_own_groups() {
     assert_eq!(vfs[31], "0000:18:04.3");
     let vf = &vfs[0];
     assert_eq!(link_name(&fs, &dev(vf, "physfn")).as_deref(), Some(PF));
-    assert_eq!(read(&fs, &dev(vf, "numa_node")), read(&fs, &dev(PF, "numa_node")));
+    assert_eq!(
+        read(&fs, &dev(vf, "numa_node")),
+        read(&fs, &dev(PF, "numa_node"))
+    );
     assert_eq!(read(&fs, &dev(vf, "vendor")), "0x10de");
-    assert_eq!(link_name(&fs, &dev(vf, "driver")).as_deref(), Some("nvidia"));
+    assert_eq!(
+        link_name(&fs, &dev(vf, "driver")).as_deref(),
+        Some("nvidia")
+    );
     let groups: BTreeSet<u32> = vfs.iter().map(|v| group_of(&fs, v)).collect();
     assert_eq!(groups.len(), 32);
     assert!(!groups.contains(&group_of(&fs, PF)));
     // VFs sit next to their PF under the same bridge.
-    let real = sysfs::SysfsExt::resolve_link(fs.as_ref(), std::path::Path::new(&format!("/sys/bus/pci/devices/{vf}"))).unwrap();
-    assert_eq!(real, std::path::Path::new("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.4"));
+    let real = sysfs::SysfsExt::resolve_link(
+        fs.as_ref(),
+        std::path::Path::new(&format!("/sys/bus/pci/devices/{vf}")),
+    )
+    .unwrap();
+    assert_eq!(
+        real,
+        std::path::Path::new("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.4")
+    );
 }
 
 #[test]
@@ -38,21 +52,32 @@ fn numvfs_rules() {
     let h = host("hgx-h200");
     let fs = h.sysfs();
     let numvfs = dev(PF, "sriov_numvfs");
-    assert_eq!(write_err(&fs, &numvfs, "4"), EBUSY, "non-zero to another non-zero");
+    assert_eq!(
+        write_err(&fs, &numvfs, "4"),
+        EBUSY,
+        "non-zero to another non-zero"
+    );
     write(&fs, &numvfs, "32"); // the same value is a no-op
     let old_group = group_of(&fs, "0000:18:00.4");
     write(&fs, &numvfs, "0");
     assert_eq!(read(&fs, &numvfs), "0");
     assert!(vfs(&fs, PF).is_empty());
     assert!(!exists(&fs, "/sys/bus/pci/devices/0000:18:00.4"));
-    assert!(!exists(&fs, &format!("/sys/kernel/iommu_groups/{old_group}")));
+    assert!(!exists(
+        &fs,
+        &format!("/sys/kernel/iommu_groups/{old_group}")
+    ));
     assert_eq!(write_err(&fs, &numvfs, "abc"), EINVAL);
     assert_eq!(write_err(&fs, &numvfs, "-1"), EINVAL);
     assert_eq!(write_err(&fs, &numvfs, "33"), ERANGE);
     assert_eq!(read(&fs, &numvfs), "0", "refused writes change nothing");
     write(&fs, &numvfs, "0x4\n");
     assert_eq!(vfs(&fs, PF).len(), 4);
-    assert_eq!(group_of(&fs, "0000:18:00.4"), old_group, "the lowest free group is reused");
+    assert_eq!(
+        group_of(&fs, "0000:18:00.4"),
+        old_group,
+        "the lowest free group is reused"
+    );
     assert_eq!(write_err(&fs, &numvfs, "8"), EBUSY);
     assert_eq!(vfs(&fs, PF).len(), 4);
 }
@@ -62,10 +87,16 @@ fn numvfs_needs_the_pf_driver() {
     let h = host("hgx-h200");
     let fs = h.sysfs();
     write(&fs, &dev(PF, "driver/unbind"), PF);
-    assert!(vfs(&fs, PF).is_empty(), "the PF driver disables SR-IOV on unbind");
+    assert!(
+        vfs(&fs, PF).is_empty(),
+        "the PF driver disables SR-IOV on unbind"
+    );
     assert_eq!(write_err(&fs, &dev(PF, "sriov_numvfs"), "2"), ENOENT);
     write(&fs, "/sys/bus/pci/drivers_probe", PF);
-    assert_eq!(link_name(&fs, &dev(PF, "driver")).as_deref(), Some("nvidia"));
+    assert_eq!(
+        link_name(&fs, &dev(PF, "driver")).as_deref(),
+        Some("nvidia")
+    );
     write(&fs, &dev(PF, "sriov_numvfs"), "2");
     assert_eq!(vfs(&fs, PF).len(), 2);
 }
@@ -94,17 +125,38 @@ fn whole_gpu_passthrough_binding_and_release() {
     // The override stops the default driver from matching: probing does nothing while bound,
     // a direct bind of the default driver is refused.
     write(&fs, "/sys/bus/pci/drivers_probe", gpu);
-    assert_eq!(link_name(&fs, &dev(gpu, "driver")).as_deref(), Some("nvidia"));
-    assert_eq!(write_err(&fs, "/sys/bus/pci/drivers/vfio-pci/bind", gpu), EBUSY);
-    assert_eq!(write_err(&fs, "/sys/bus/pci/drivers/vfio-pci/unbind", gpu), ENODEV, "not bound to vfio-pci");
+    assert_eq!(
+        link_name(&fs, &dev(gpu, "driver")).as_deref(),
+        Some("nvidia")
+    );
+    assert_eq!(
+        write_err(&fs, "/sys/bus/pci/drivers/vfio-pci/bind", gpu),
+        EBUSY
+    );
+    assert_eq!(
+        write_err(&fs, "/sys/bus/pci/drivers/vfio-pci/unbind", gpu),
+        ENODEV,
+        "not bound to vfio-pci"
+    );
     write(&fs, &dev(gpu, "driver/unbind"), gpu);
     assert_eq!(link_name(&fs, &dev(gpu, "driver")), None);
-    assert_eq!(write_err(&fs, "/sys/bus/pci/drivers/nvidia/bind", gpu), ENODEV, "override says vfio-pci");
+    assert_eq!(
+        write_err(&fs, "/sys/bus/pci/drivers/nvidia/bind", gpu),
+        ENODEV,
+        "override says vfio-pci"
+    );
     write(&fs, "/sys/bus/pci/drivers_probe", gpu);
-    assert_eq!(link_name(&fs, &dev(gpu, "driver")).as_deref(), Some("vfio-pci"));
+    assert_eq!(
+        link_name(&fs, &dev(gpu, "driver")).as_deref(),
+        Some("vfio-pci")
+    );
     assert!(exists(&fs, &node));
     assert!(names(&fs, "/sys/bus/pci/drivers/vfio-pci").contains(&gpu.to_owned()));
-    assert_eq!(nvml.device_count().unwrap(), 7, "NVML no longer sees a GPU on vfio-pci");
+    assert_eq!(
+        nvml.device_count().unwrap(),
+        7,
+        "NVML no longer sees a GPU on vfio-pci"
+    );
 
     // A VM holds it: it cannot be unbound.
     h.set_vfio_open(addr(gpu), true).unwrap();
@@ -114,9 +166,15 @@ fn whole_gpu_passthrough_binding_and_release() {
     write(&fs, &dev(gpu, "driver_override"), "\n");
     assert_eq!(read(&fs, &dev(gpu, "driver_override")), "(null)");
     write(&fs, &dev(gpu, "driver/unbind"), gpu);
-    assert!(!exists(&fs, &node), "/dev/vfio/<group> goes with the last vfio-pci device");
+    assert!(
+        !exists(&fs, &node),
+        "/dev/vfio/<group> goes with the last vfio-pci device"
+    );
     write(&fs, "/sys/bus/pci/drivers_probe", gpu);
-    assert_eq!(link_name(&fs, &dev(gpu, "driver")).as_deref(), Some("nvidia"));
+    assert_eq!(
+        link_name(&fs, &dev(gpu, "driver")).as_deref(),
+        Some("nvidia")
+    );
     assert_eq!(nvml.device_count().unwrap(), 8);
 }
 
@@ -125,11 +183,26 @@ fn bus_writes_name_devices_exactly() {
     let h = host("single-gpu");
     let fs = h.sysfs();
     for bad in ["0000:09:00.0", "01:00.0", "garbage", "0000:01:00.0 "] {
-        assert_eq!(write_err(&fs, "/sys/bus/pci/drivers_probe", bad), ENODEV, "{bad:?}");
-        assert_eq!(write_err(&fs, "/sys/bus/pci/drivers/nvidia/unbind", bad), ENODEV, "{bad:?}");
+        assert_eq!(
+            write_err(&fs, "/sys/bus/pci/drivers_probe", bad),
+            ENODEV,
+            "{bad:?}"
+        );
+        assert_eq!(
+            write_err(&fs, "/sys/bus/pci/drivers/nvidia/unbind", bad),
+            ENODEV,
+            "{bad:?}"
+        );
     }
     write(&fs, "/sys/bus/pci/drivers_probe", "0000:01:00.0"); // bound already: a no-op
-    assert_eq!(write_err(&fs, &dev("0000:01:00.0", "driver_override"), &"x".repeat(4096)), EINVAL);
+    assert_eq!(
+        write_err(
+            &fs,
+            &dev("0000:01:00.0", "driver_override"),
+            &"x".repeat(4096)
+        ),
+        EINVAL
+    );
     assert_eq!(read(&fs, &dev("0000:01:00.0", "driver_override")), "(null)");
     // An override naming a driver that is not loaded leaves the device unbound after a probe.
     write(&fs, &dev("0000:01:00.0", "driver_override"), "nouveau");
@@ -145,11 +218,22 @@ fn disabling_vfs_is_refused_while_a_vm_holds_one() {
     let fs = h.sysfs();
     let mi300 = "0000:c1:00.0";
     let vfs = vfs(&fs, mi300);
-    assert_eq!(vfs.len(), 1, "the MxGPU host driver enabled SPX's one VF at boot");
+    assert_eq!(
+        vfs.len(),
+        1,
+        "the MxGPU host driver enabled SPX's one VF at boot"
+    );
     let vf = &vfs[0];
     assert_eq!(read(&fs, &dev(vf, "device")), "0x74b5");
-    assert_eq!(link_name(&fs, &dev(vf, "driver")), None, "MI300X VFs wait unbound for vfio-pci");
-    assert!(h.set_vfio_open(addr(vf), true).is_err(), "not a VFIO device yet");
+    assert_eq!(
+        link_name(&fs, &dev(vf, "driver")),
+        None,
+        "MI300X VFs wait unbound for vfio-pci"
+    );
+    assert!(
+        h.set_vfio_open(addr(vf), true).is_err(),
+        "not a VFIO device yet"
+    );
     bind_vfio(&fs, vf);
     assert!(exists(&fs, &format!("/dev/vfio/{}", group_of(&fs, vf))));
     h.set_vfio_open(addr(vf), true).unwrap();

@@ -1,4 +1,5 @@
 //! NVIDIA vendor-specific VFIO vGPU on SR-IOV VFs (vGPU 17+, H200).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
 
@@ -13,7 +14,11 @@ const PF: &str = "0000:18:00.0";
 fn creatable(fs: &Arc<dyn sysfs::Sysfs>, vf: &str) -> Vec<(u32, String)> {
     let text = read(fs, &dev(vf, "nvidia/creatable_vgpu_types"));
     let mut lines = text.lines();
-    assert_eq!(lines.next().map(str::trim), Some("ID    : vGPU Name"), "{text}");
+    assert_eq!(
+        lines.next().map(str::trim),
+        Some("ID    : vGPU Name"),
+        "{text}"
+    );
     lines
         .map(|l| {
             let (id, name) = l.split_once(':').unwrap();
@@ -32,7 +37,11 @@ fn time_sliced_vgpus_share_the_framebuffer_and_one_size() {
     let fs = h.sysfs();
     let vfs = vfs(&fs, PF);
     let list = creatable(&fs, &vfs[0]);
-    assert_eq!(ids_of(&list), vec![1420, 1421, 1422, 1423], "MIG is off: time-sliced types only");
+    assert_eq!(
+        ids_of(&list),
+        vec![1420, 1421, 1422, 1423],
+        "MIG is off: time-sliced types only"
+    );
     assert_eq!(list[1].1, "NVIDIA H200X-35C");
     assert_eq!(read(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type")), "0");
     let index = 0; // the first GPU by address
@@ -40,29 +49,63 @@ fn time_sliced_vgpus_share_the_framebuffer_and_one_size() {
 
     write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1421");
     assert_eq!(read(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type")), "1421");
-    assert!(creatable(&fs, &vfs[0]).is_empty(), "a VF with a vGPU offers nothing more");
-    assert_eq!(ids_of(&creatable(&fs, &vfs[1])), vec![1421], "only the 35C size while room remains");
-    assert_eq!(write_err(&fs, &dev(&vfs[1], "nvidia/current_vgpu_type"), "1420"), EINVAL);
-    assert_eq!(write_err(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1421"), EBUSY);
-    assert_eq!(write_err(&fs, &dev(&vfs[1], "nvidia/current_vgpu_type"), "abc"), EINVAL);
-    assert!(exists(&fs, &format!("/dev/vfio/{}", group_of(&fs, &vfs[0]))), "typed VFs are VFIO devices");
-    assert!(!exists(&fs, &format!("/dev/vfio/{}", group_of(&fs, &vfs[1]))));
+    assert!(
+        creatable(&fs, &vfs[0]).is_empty(),
+        "a VF with a vGPU offers nothing more"
+    );
+    assert_eq!(
+        ids_of(&creatable(&fs, &vfs[1])),
+        vec![1421],
+        "only the 35C size while room remains"
+    );
+    assert_eq!(
+        write_err(&fs, &dev(&vfs[1], "nvidia/current_vgpu_type"), "1420"),
+        EINVAL
+    );
+    assert_eq!(
+        write_err(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1421"),
+        EBUSY
+    );
+    assert_eq!(
+        write_err(&fs, &dev(&vfs[1], "nvidia/current_vgpu_type"), "abc"),
+        EINVAL
+    );
+    assert!(
+        exists(&fs, &format!("/dev/vfio/{}", group_of(&fs, &vfs[0]))),
+        "typed VFs are VFIO devices"
+    );
+    assert!(!exists(
+        &fs,
+        &format!("/dev/vfio/{}", group_of(&fs, &vfs[1]))
+    ));
     let after = h.nvml().telemetry(index).unwrap().fb_used_mib;
     assert_eq!(after - before, 35840, "fb_used reflects the vGPU");
 
     for vf in &vfs[1..4] {
         write(&fs, &dev(vf, "nvidia/current_vgpu_type"), "1421");
     }
-    assert!(creatable(&fs, &vfs[4]).is_empty(), "the framebuffer is full");
-    assert_eq!(write_err(&fs, &dev(&vfs[4], "nvidia/current_vgpu_type"), "1421"), EINVAL);
+    assert!(
+        creatable(&fs, &vfs[4]).is_empty(),
+        "the framebuffer is full"
+    );
+    assert_eq!(
+        write_err(&fs, &dev(&vfs[4], "nvidia/current_vgpu_type"), "1421"),
+        EINVAL
+    );
 
     h.set_vfio_open(addr(&vfs[0]), true).unwrap();
-    assert_eq!(write_err(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "0"), EBUSY);
+    assert_eq!(
+        write_err(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "0"),
+        EBUSY
+    );
     h.set_vfio_open(addr(&vfs[0]), false).unwrap();
     for vf in &vfs[0..4] {
         write(&fs, &dev(vf, "nvidia/current_vgpu_type"), "0");
     }
-    assert_eq!(ids_of(&creatable(&fs, &vfs[4])), vec![1420, 1421, 1422, 1423]);
+    assert_eq!(
+        ids_of(&creatable(&fs, &vfs[4])),
+        vec![1420, 1421, 1422, 1423]
+    );
 }
 
 #[test]
@@ -82,15 +125,33 @@ fn mig_backed_vgpus_take_a_gpu_instance() {
     let fs = h.sysfs();
     let nvml = h.nvml();
     let vfs = vfs(&fs, PF);
-    assert_eq!(nvml.gpu_instance_profiles(0).unwrap_err().code, NvmlCode::NOT_SUPPORTED, "MIG is off");
+    assert_eq!(
+        nvml.gpu_instance_profiles(0).unwrap_err().code,
+        NvmlCode::NOT_SUPPORTED,
+        "MIG is off"
+    );
     h.set_mig_mode(addr(PF), true).unwrap();
-    assert!(nvml.mig_mode(0).unwrap().current, "an idle GPU switches at once");
-    assert!(creatable(&fs, &vfs[0]).is_empty(), "MIG-backed types need a free GPU instance");
-    let gi = nvml.create_gpu_instance(0, 19, Placement { start: 0, size: 1 }).unwrap();
+    assert!(
+        nvml.mig_mode(0).unwrap().current,
+        "an idle GPU switches at once"
+    );
+    assert!(
+        creatable(&fs, &vfs[0]).is_empty(),
+        "MIG-backed types need a free GPU instance"
+    );
+    let gi = nvml
+        .create_gpu_instance(0, 19, Placement { start: 0, size: 1 })
+        .unwrap();
     assert_eq!(ids_of(&creatable(&fs, &vfs[0])), vec![1414]);
     write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1414");
-    assert!(creatable(&fs, &vfs[1]).is_empty(), "the only 1g instance is taken");
-    assert_eq!(nvml.destroy_gpu_instance(0, gi.id).unwrap_err().code, NvmlCode::IN_USE);
+    assert!(
+        creatable(&fs, &vfs[1]).is_empty(),
+        "the only 1g instance is taken"
+    );
+    assert_eq!(
+        nvml.destroy_gpu_instance(0, gi.id).unwrap_err().code,
+        NvmlCode::IN_USE
+    );
     write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "0");
     nvml.destroy_gpu_instance(0, gi.id).unwrap();
 }

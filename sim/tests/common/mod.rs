@@ -21,26 +21,36 @@ pub fn dev(bdf: &str, attr: &str) -> String {
 }
 
 pub fn read(fs: &Arc<dyn Sysfs>, path: &str) -> String {
-    fs.read_text(Path::new(path)).unwrap_or_else(|e| panic!("read {path}: {}", sysfs::error_chain(&e)))
+    fs.read_text(Path::new(path))
+        .unwrap_or_else(|e| panic!("read {path}: {}", sysfs::error_chain(&e)))
 }
 
 pub fn write(fs: &Arc<dyn Sysfs>, path: &str, value: &str) {
-    fs.write_str(Path::new(path), value).unwrap_or_else(|e| panic!("write {value:?} to {path}: {}", sysfs::error_chain(&e)))
+    fs.write_str(Path::new(path), value)
+        .unwrap_or_else(|e| panic!("write {value:?} to {path}: {}", sysfs::error_chain(&e)))
 }
 
 /// The errno of a write that must fail.
 pub fn write_err(fs: &Arc<dyn Sysfs>, path: &str, value: &str) -> i32 {
-    let e = fs.write_str(Path::new(path), value).expect_err(&format!("write {value:?} to {path} should fail"));
-    e.errno().unwrap_or_else(|| panic!("no errno: {}", sysfs::error_chain(&e)))
+    let e = fs
+        .write_str(Path::new(path), value)
+        .expect_err(&format!("write {value:?} to {path} should fail"));
+    e.errno()
+        .unwrap_or_else(|| panic!("no errno: {}", sysfs::error_chain(&e)))
 }
 
 pub fn read_err(fs: &Arc<dyn Sysfs>, path: &str) -> i32 {
-    let e = fs.read(Path::new(path), 4096).expect_err(&format!("read {path} should fail"));
-    e.errno().unwrap_or_else(|| panic!("no errno: {}", sysfs::error_chain(&e)))
+    let e = fs
+        .read(Path::new(path), 4096)
+        .expect_err(&format!("read {path} should fail"));
+    e.errno()
+        .unwrap_or_else(|| panic!("no errno: {}", sysfs::error_chain(&e)))
 }
 
 pub fn names(fs: &Arc<dyn Sysfs>, path: &str) -> Vec<String> {
-    fs.list_names(Path::new(path)).unwrap_or_else(|e| panic!("list {path}: {}", sysfs::error_chain(&e))).0
+    fs.list_names(Path::new(path))
+        .unwrap_or_else(|e| panic!("list {path}: {}", sysfs::error_chain(&e)))
+        .0
 }
 
 pub fn link_name(fs: &Arc<dyn Sysfs>, path: &str) -> Option<String> {
@@ -52,7 +62,10 @@ pub fn exists(fs: &Arc<dyn Sysfs>, path: &str) -> bool {
 }
 
 pub fn group_of(fs: &Arc<dyn Sysfs>, bdf: &str) -> u32 {
-    link_name(fs, &dev(bdf, "iommu_group")).unwrap().parse().unwrap()
+    link_name(fs, &dev(bdf, "iommu_group"))
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 pub fn vfs(fs: &Arc<dyn Sysfs>, pf: &str) -> Vec<String> {
