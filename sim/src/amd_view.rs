@@ -86,7 +86,7 @@ impl SimAmd {
             .change(|st, _| Ok(st.take_fault(&access)))
             .map_err(unknown)?
         {
-            Some((FaultAction::AmdStatus { status }, _)) => {
+            Some((FaultAction::AmdStatus(status), _)) => {
                 Err(AmdError::new(call, AmdStatus(status)))
             }
             Some((FaultAction::Hang { millis }, _)) => {

@@ -102,6 +102,9 @@ pub enum SimError {
         /// `already present` or `removed`.
         state: &'static str,
     },
+    /// An NVIDIA-only action (an Xid) on another vendor's GPU.
+    #[error("GPU {0} is not an NVIDIA GPU")]
+    NotNvidia(PciAddress),
     /// No GPU instance with this id on the GPU.
     #[error("GPU {gpu} has no MIG GPU instance {gpu_instance}")]
     UnknownGpuInstance {

@@ -85,23 +85,14 @@ pub enum FaultTarget {
 
 /// What a fault does instead of the normal behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum FaultAction {
     /// The sysfs access fails with this errno.
-    Errno {
-        /// The errno.
-        errno: i32,
-    },
-    /// The NVML call returns this code.
-    NvmlCode {
-        /// The `nvmlReturn_t` value.
-        code: u32,
-    },
-    /// The AMD SMI call returns this status.
-    AmdStatus {
-        /// The `amdsmi_status_t` value.
-        status: u32,
-    },
+    Errno(i32),
+    /// The NVML call returns this `nvmlReturn_t` code.
+    NvmlCode(u32),
+    /// The AMD SMI call returns this `amdsmi_status_t` status.
+    AmdStatus(u32),
     /// The access sleeps, then proceeds normally.
     Hang {
         /// How long, in milliseconds.
@@ -112,13 +103,6 @@ pub enum FaultAction {
         /// VFs actually enabled.
         enabled: u32,
     },
-}
-
-impl FaultAction {
-    /// The action as a sysfs errno.
-    pub fn errno(errno: i32) -> Self {
-        Self::Errno { errno }
-    }
 }
 
 /// What kind of access is being checked against the faults.
@@ -211,10 +195,10 @@ impl Fault {
             }
             (
                 FaultTarget::SysfsWrite { .. } | FaultTarget::SysfsRead { .. },
-                FaultAction::Errno { errno },
+                FaultAction::Errno(errno),
             ) => errno > 0,
-            (FaultTarget::Nvml { .. }, FaultAction::NvmlCode { code }) => code != 0,
-            (FaultTarget::Amd { .. }, FaultAction::AmdStatus { status }) => status != 0,
+            (FaultTarget::Nvml { .. }, FaultAction::NvmlCode(code)) => code != 0,
+            (FaultTarget::Amd { .. }, FaultAction::AmdStatus(status)) => status != 0,
             _ => false,
         };
         if !fits {
@@ -312,19 +296,19 @@ fn parse_action(target: &FaultTarget, text: &str) -> Result<FaultAction, String>
                     errno_by_name(text).ok_or_else(|| format!("unknown errno name {text:?}"))?
                 }
             };
-            Ok(FaultAction::Errno { errno })
+            Ok(FaultAction::Errno(errno))
         }
         FaultTarget::Nvml { .. } => {
             let code = number
                 .or_else(|| nvml_code_by_name(text))
                 .ok_or_else(|| format!("unknown NVML return code {text:?}"))?;
-            Ok(FaultAction::NvmlCode { code })
+            Ok(FaultAction::NvmlCode(code))
         }
         FaultTarget::Amd { .. } => {
             let status = number
                 .or_else(|| amd_status_by_name(text))
                 .ok_or_else(|| format!("unknown AMD SMI status {text:?}"))?;
-            Ok(FaultAction::AmdStatus { status })
+            Ok(FaultAction::AmdStatus(status))
         }
     }
 }
@@ -351,15 +335,15 @@ impl fmt::Display for FaultTarget {
 impl fmt::Display for FaultAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            FaultAction::Errno { errno } => match errno_name(errno) {
+            FaultAction::Errno(errno) => match errno_name(errno) {
                 Some(name) => f.write_str(name),
                 None => write!(f, "{errno}"),
             },
-            FaultAction::NvmlCode { code } => match nvml_code_name(code) {
+            FaultAction::NvmlCode(code) => match nvml_code_name(code) {
                 Some(name) => f.write_str(name),
                 None => write!(f, "{code}"),
             },
-            FaultAction::AmdStatus { status } => match amd_status_name(status) {
+            FaultAction::AmdStatus(status) => match amd_status_name(status) {
                 Some(name) => f.write_str(name),
                 None => write!(f, "{status}"),
             },
@@ -541,11 +525,11 @@ mod tests {
             assert_eq!(f.to_string().parse::<Fault>().unwrap(), f);
         }
         let f: Fault = "nvml:*=NVML_ERROR_GPU_IS_LOST".parse().unwrap();
-        assert_eq!(f.action, FaultAction::NvmlCode { code: 15 });
+        assert_eq!(f.action, FaultAction::NvmlCode(15));
         let f: Fault = "write:/sys/x=16".parse().unwrap();
-        assert_eq!(f.action, FaultAction::Errno { errno: libc::EBUSY });
+        assert_eq!(f.action, FaultAction::Errno(libc::EBUSY));
         let f: Fault = "amd:x=AMDSMI_STATUS_BUSY".parse().unwrap();
-        assert_eq!(f.action, FaultAction::AmdStatus { status: 30 });
+        assert_eq!(f.action, FaultAction::AmdStatus(30));
     }
 
     #[test]

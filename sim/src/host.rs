@@ -193,6 +193,12 @@ impl SimHost {
     pub fn inject_xid(&self, gpu: PciAddress, xid: u64) -> Result<(), SimError> {
         self.change(|st, _| {
             present_gpu(st, gpu)?;
+            if st
+                .gpu(gpu)
+                .is_some_and(|(_, m)| m.vendor != ids::PciVendorId::NVIDIA)
+            {
+                return Err(SimError::NotNvidia(gpu));
+            }
             st.xids.push_back(PendingXid { gpu, xid });
             Ok(())
         })

@@ -213,9 +213,7 @@ impl SimNvml {
             .change(|st, _| Ok(st.take_fault(&access)))
             .map_err(unknown)?;
         match hit {
-            Some((FaultAction::NvmlCode { code }, call)) => {
-                Err(NvmlError::new(call, NvmlCode(code)))
-            }
+            Some((FaultAction::NvmlCode(code), call)) => Err(NvmlError::new(call, NvmlCode(code))),
             Some((FaultAction::Hang { millis }, _)) => {
                 std::thread::sleep(Duration::from_millis(millis));
                 Ok(())

@@ -139,7 +139,7 @@ impl SimSysfs {
             .change(|st, _| Ok(st.take_fault(&access).map(|(a, _)| a)))
             .map_err(sim)?;
         match action {
-            Some(FaultAction::Errno { errno: e }) => Err(errno(e)),
+            Some(FaultAction::Errno(e)) => Err(errno(e)),
             Some(FaultAction::Hang { millis }) => {
                 std::thread::sleep(Duration::from_millis(millis));
                 // Look again: the host may have changed while this access hung.

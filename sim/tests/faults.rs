@@ -205,7 +205,7 @@ fn nonsense_faults_are_refused() {
             call: "nvmlDeviceGetCount_v2".into(),
             gpu: None,
         },
-        action: FaultAction::Errno { errno: libc::EIO },
+        action: FaultAction::Errno(libc::EIO),
         times: None,
     };
     assert!(matches!(
@@ -216,7 +216,7 @@ fn nonsense_faults_are_refused() {
         target: FaultTarget::SysfsWrite {
             path: "/sys/x".into(),
         },
-        action: FaultAction::errno(5),
+        action: FaultAction::Errno(5),
         times: Some(0),
     };
     assert!(h.inject_fault(zero).is_err());
