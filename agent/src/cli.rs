@@ -46,13 +46,16 @@ pub struct HostArgs {
 impl HostArgs {
     fn choice(&self) -> anyhow::Result<HostChoice> {
         Ok(match (&self.sim, &self.state_dir, &self.root) {
-            (Some(profile), dir, None) => {
-                HostChoice::Sim { profile: profile.clone(), state_dir: dir.clone() }
-            }
-            (None, Some(dir), None) => HostChoice::SimDir { state_dir: dir.clone() },
-            (None, None, root) => {
-                HostChoice::Real { root: root.clone().unwrap_or_else(|| PathBuf::from("/")) }
-            }
+            (Some(profile), dir, None) => HostChoice::Sim {
+                profile: profile.clone(),
+                state_dir: dir.clone(),
+            },
+            (None, Some(dir), None) => HostChoice::SimDir {
+                state_dir: dir.clone(),
+            },
+            (None, None, root) => HostChoice::Real {
+                root: root.clone().unwrap_or_else(|| PathBuf::from("/")),
+            },
             _ => anyhow::bail!("--root cannot be combined with --sim or --state-dir"),
         })
     }
@@ -158,7 +161,10 @@ pub fn main() -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("VGPUD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Runs one parsed command.
@@ -193,19 +199,24 @@ fn print(text: &str) -> anyhow::Result<()> {
 
 fn sim(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
-        SimCommand::Profiles => {
-            print(&(sim::Profile::builtin_names().join("\n") + "\n"))
-        }
+        SimCommand::Profiles => print(&(sim::Profile::builtin_names().join("\n") + "\n")),
         SimCommand::ShowProfile { profile } => print(&host::load_profile(&profile)?.to_toml()?),
         SimCommand::Init { profile, state_dir } => {
             sim::SimHost::create(&state_dir, host::load_profile(&profile)?)?;
-            print(&format!("simulated host {profile} created in {}\n", state_dir.display()))
+            print(&format!(
+                "simulated host {profile} created in {}\n",
+                state_dir.display()
+            ))
         }
         SimCommand::Reboot(d) => {
             open_dir(&d.state_dir)?.reboot()?;
             print("simulated host rebooted\n")
         }
-        SimCommand::Fault { state_dir, spec, times } => {
+        SimCommand::Fault {
+            state_dir,
+            spec,
+            times,
+        } => {
             let mut fault: sim::Fault = spec.parse().context("parsing the fault")?;
             fault.times = times;
             open_dir(&state_dir)?.inject_fault(fault)?;
@@ -216,7 +227,11 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
             let faults = open_dir(&d.state_dir)?.faults()?;
             print(&(serde_json::to_string_pretty(&faults)? + "\n"))
         }
-        SimCommand::Xid { state_dir, gpu, xid } => Ok(open_dir(&state_dir)?.inject_xid(gpu, xid)?),
+        SimCommand::Xid {
+            state_dir,
+            gpu,
+            xid,
+        } => Ok(open_dir(&state_dir)?.inject_xid(gpu, xid)?),
         SimCommand::RemoveGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.remove_gpu(gpu)?),
         SimCommand::AddGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.add_gpu(gpu)?),
     }

@@ -50,10 +50,14 @@ pub fn load_profile(arg: &str) -> anyhow::Result<Profile> {
 pub fn open_sim(choice: &HostChoice) -> anyhow::Result<Option<SimHost>> {
     Ok(match choice {
         HostChoice::Real { .. } => None,
-        HostChoice::Sim { profile, state_dir: None } => Some(SimHost::new(load_profile(profile)?)?),
-        HostChoice::Sim { profile, state_dir: Some(dir) } => {
-            Some(SimHost::open_or_create(dir, load_profile(profile)?)?)
-        }
+        HostChoice::Sim {
+            profile,
+            state_dir: None,
+        } => Some(SimHost::new(load_profile(profile)?)?),
+        HostChoice::Sim {
+            profile,
+            state_dir: Some(dir),
+        } => Some(SimHost::open_or_create(dir, load_profile(profile)?)?),
         HostChoice::SimDir { state_dir } => Some(
             SimHost::open(state_dir)
                 .with_context(|| format!("opening simulated host in {}", state_dir.display()))?,
@@ -100,8 +104,21 @@ pub fn real_access(root: &Path) -> HostAccess {
     let amd = Ok(if on_host {
         gpu::amd_sysfs::amd_backend(fs.clone())
     } else {
-        (Arc::new(gpu::amd_sysfs::AmdSysfs::new(fs.clone())) as Arc<dyn gpu::AmdSmi>, "sysfs".to_owned())
+        (
+            Arc::new(gpu::amd_sysfs::AmdSysfs::new(fs.clone())) as Arc<dyn gpu::AmdSmi>,
+            "sysfs".to_owned(),
+        )
     });
-    let source = if on_host { "host:/".to_owned() } else { format!("root:{}", root.display()) };
-    HostAccess { source, sysfs: fs, nvml, amd, hostname: None }
+    let source = if on_host {
+        "host:/".to_owned()
+    } else {
+        format!("root:{}", root.display())
+    };
+    HostAccess {
+        source,
+        sysfs: fs,
+        nvml,
+        amd,
+        hostname: None,
+    }
 }

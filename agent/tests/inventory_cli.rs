@@ -1,4 +1,5 @@
 //! `vgpud inventory` end to end, as a user runs it: the binary as a subprocess, JSON parsed back.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -6,7 +7,10 @@ use std::process::Command;
 use serde_json::Value;
 
 fn vgpud(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vgpud")).args(args).output().expect("run vgpud");
+    let out = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+        .args(args)
+        .output()
+        .expect("run vgpud");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -39,8 +43,16 @@ fn dgx_a100_has_eight_mig_gpus_on_two_nodes() {
     assert_eq!(gpus.len(), 8);
     let mut per_node: BTreeMap<u64, usize> = BTreeMap::new();
     for gpu in gpus {
-        *per_node.entry(gpu["numa_node"].as_u64().expect("numa node")).or_default() += 1;
-        assert!(gpu["pci_address"].as_str().unwrap().parse::<ids::PciAddress>().is_ok());
+        *per_node
+            .entry(gpu["numa_node"].as_u64().expect("numa node"))
+            .or_default() += 1;
+        assert!(
+            gpu["pci_address"]
+                .as_str()
+                .unwrap()
+                .parse::<ids::PciAddress>()
+                .is_ok()
+        );
         assert!(gpu["iommu_group"].is_u64(), "{gpu}");
         assert_eq!(gpu["model"], "NVIDIA A100-SXM4-80GB");
         let mig = &gpu["mig"];
@@ -48,12 +60,20 @@ fn dgx_a100_has_eight_mig_gpus_on_two_nodes() {
         let profiles = mig["profiles"].as_array().unwrap();
         let find = |name: &str| profiles.iter().find(|p| p["name"] == name).cloned();
         let one_g = find("1g.10gb").expect("1g.10gb profile");
-        let starts: Vec<u64> =
-            one_g["placements"].as_array().unwrap().iter().map(|p| p["start"].as_u64().unwrap()).collect();
+        let starts: Vec<u64> = one_g["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["start"].as_u64().unwrap())
+            .collect();
         assert_eq!(starts, vec![0, 1, 2, 3, 4, 5, 6]);
         let three_g = find("3g.40gb").expect("3g.40gb profile");
-        let starts: Vec<u64> =
-            three_g["placements"].as_array().unwrap().iter().map(|p| p["start"].as_u64().unwrap()).collect();
+        let starts: Vec<u64> = three_g["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["start"].as_u64().unwrap())
+            .collect();
         assert_eq!(starts, vec![0, 4]);
         assert_eq!(find("7g.80gb").unwrap()["remaining"], 1);
     }
@@ -74,7 +94,11 @@ fn hgx_h200_shows_vfs_with_creatable_vgpu_types() {
             assert!(vf["iommu_group"].is_u64());
             let creatable = vf["creatable_vgpu_types"].as_array().unwrap();
             assert!(!creatable.is_empty(), "{vf}");
-            assert!(creatable.iter().all(|t| t["name"].as_str().unwrap().starts_with("NVIDIA H200")));
+            assert!(
+                creatable
+                    .iter()
+                    .all(|t| t["name"].as_str().unwrap().starts_with("NVIDIA H200"))
+            );
         }
     }
 }
@@ -83,11 +107,20 @@ fn hgx_h200_shows_vfs_with_creatable_vgpu_types() {
 fn vdi_mixed_shows_mdev_types_and_the_amd_gpu_with_vfs() {
     let inv = inventory_json(&["--sim", "vdi-mixed"]);
     let gpus = gpus(&inv);
-    let t4 = gpus.iter().find(|g| g["device_id"] == "1eb8").expect("a T4");
+    let t4 = gpus
+        .iter()
+        .find(|g| g["device_id"] == "1eb8")
+        .expect("a T4");
     let types = t4["mdev_types"].as_array().unwrap();
-    let q1 = types.iter().find(|t| t["name"] == "GRID T4-1Q").expect("GRID T4-1Q");
+    let q1 = types
+        .iter()
+        .find(|t| t["name"] == "GRID T4-1Q")
+        .expect("GRID T4-1Q");
     assert_eq!(q1["available_instances"], 16);
-    let amd = gpus.iter().find(|g| g["vendor"] == "amd").expect("an AMD GPU");
+    let amd = gpus
+        .iter()
+        .find(|g| g["vendor"] == "amd")
+        .expect("an AMD GPU");
     assert!(amd["sriov"]["total_vfs"].as_u64().unwrap() > 0);
     assert!(amd["amd"]["compute_partition"].is_string());
 }
@@ -117,7 +150,10 @@ fn real_host_inventory_lists_numa_nodes_and_pci_devices() {
 fn unknown_profile_is_a_clear_error() {
     let (code, _, stderr) = vgpud(&["inventory", "--sim", "no-such-host"]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("unknown simulated host profile"), "{stderr}");
+    assert!(
+        stderr.contains("unknown simulated host profile"),
+        "{stderr}"
+    );
     assert!(stderr.contains("dgx-a100"), "{stderr}");
 }
 
@@ -137,10 +173,17 @@ fn sim_state_survives_restart_and_reboot_clears_runtime_devices() {
     assert_eq!(code, 0, "remove-gpu failed: {stderr}");
     let after = inventory_json(&["--state-dir", state]);
     assert_eq!(gpus(&after).len(), gpus(&before).len() - 1);
-    assert!(gpus(&after).iter().all(|g| g["pci_address"] != first.as_str()));
+    assert!(
+        gpus(&after)
+            .iter()
+            .all(|g| g["pci_address"] != first.as_str())
+    );
     let (code, _, stderr) = vgpud(&["sim", "add-gpu", "--state-dir", state, &first]);
     assert_eq!(code, 0, "add-gpu failed: {stderr}");
-    assert_eq!(gpus(&inventory_json(&["--state-dir", state])).len(), gpus(&before).len());
+    assert_eq!(
+        gpus(&inventory_json(&["--state-dir", state])).len(),
+        gpus(&before).len()
+    );
 
     // Faults persist across processes until a reboot clears them.
     let fault = format!("write:/sys/bus/pci/devices/{first}/sriov_numvfs=EBUSY");
@@ -159,7 +202,18 @@ fn sim_state_survives_restart_and_reboot_clears_runtime_devices() {
 fn bad_fault_spec_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().to_str().unwrap().to_owned() + "/h";
-    assert_eq!(vgpud(&["sim", "init", "--profile", "single-gpu", "--state-dir", &state]).0, 0);
+    assert_eq!(
+        vgpud(&[
+            "sim",
+            "init",
+            "--profile",
+            "single-gpu",
+            "--state-dir",
+            &state
+        ])
+        .0,
+        0
+    );
     let (code, _, stderr) = vgpud(&["sim", "fault", "--state-dir", &state, "write:/sys/x=EWHAT"]);
     assert_eq!(code, 1);
     assert!(stderr.contains("fault"), "{stderr}");

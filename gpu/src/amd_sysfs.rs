@@ -444,7 +444,10 @@ pub fn amd_backend(fs: Arc<dyn Sysfs>) -> (Arc<dyn AmdSmi>, String) {
     match AmdSmiLibrary::load() {
         Ok(lib) => {
             tracing::info!("AMD SMI library loaded");
-            (Arc::new(LibraryWithSysfs { lib, sysfs }), "AMD SMI library with sysfs".to_owned())
+            (
+                Arc::new(LibraryWithSysfs { lib, sysfs }),
+                "AMD SMI library with sysfs".to_owned(),
+            )
         }
         Err(e) => {
             tracing::info!(reason = %e, "AMD SMI library not used; AMD GPUs through sysfs");

@@ -21,7 +21,11 @@ impl FromStr for IommuGroupId {
     fn from_str(s: &str) -> Result<Self, IdError> {
         let t = s.trim();
         if t.is_empty() || t.len() > 10 || !t.chars().all(|c| c.is_ascii_digit()) {
-            return Err(IdError::new("IOMMU group", s, "expected a decimal group number"));
+            return Err(IdError::new(
+                "IOMMU group",
+                s,
+                "expected a decimal group number",
+            ));
         }
         t.parse::<u32>()
             .map(Self)

@@ -35,7 +35,11 @@ pub struct IdError {
 impl IdError {
     pub(crate) fn new(kind: &'static str, input: &str, reason: impl Into<String>) -> Self {
         let input = input.chars().take(64).collect();
-        Self { kind, input, reason: reason.into() }
+        Self {
+            kind,
+            input,
+            reason: reason.into(),
+        }
     }
 }
 
@@ -63,13 +67,24 @@ pub(crate) fn check_path_component(kind: &'static str, s: &str, max: usize) -> R
         return Err(IdError::new(kind, s, "it is empty"));
     }
     if s.len() > max {
-        return Err(IdError::new(kind, s, format!("it is longer than {max} characters")));
+        return Err(IdError::new(
+            kind,
+            s,
+            format!("it is longer than {max} characters"),
+        ));
     }
     if s == "." || s == ".." {
         return Err(IdError::new(kind, s, "it is a relative path component"));
     }
-    if let Some(c) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || "_.:-".contains(*c))) {
-        return Err(IdError::new(kind, s, format!("character {c:?} is not allowed")));
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "_.:-".contains(*c)))
+    {
+        return Err(IdError::new(
+            kind,
+            s,
+            format!("character {c:?} is not allowed"),
+        ));
     }
     Ok(())
 }

@@ -28,7 +28,11 @@ impl FromStr for MdevUuid {
         // Only the 36-character hyphenated form: the kernel and mdevctl use nothing else, and
         // accepting braces or URNs would give one device several spellings.
         if s.len() != 36 {
-            return Err(IdError::new(UUID, s, "expected 36 characters, 8-4-4-4-12 hex digits"));
+            return Err(IdError::new(
+                UUID,
+                s,
+                "expected 36 characters, 8-4-4-4-12 hex digits",
+            ));
         }
         let u = uuid::Uuid::try_parse(s).map_err(|e| IdError::new(UUID, s, e.to_string()))?;
         if u.is_nil() {
@@ -62,7 +66,11 @@ impl FromStr for MdevTypeId {
     fn from_str(s: &str) -> Result<Self, IdError> {
         check_path_component("mdev type id", s, 128)?;
         if s.contains(':') {
-            return Err(IdError::new("mdev type id", s, "character ':' is not allowed"));
+            return Err(IdError::new(
+                "mdev type id",
+                s,
+                "character ':' is not allowed",
+            ));
         }
         Ok(Self(s.to_owned()))
     }
@@ -124,7 +132,9 @@ mod tests {
     fn uuid_canonical_and_strict() {
         let u: MdevUuid = "83B8F4F2-509F-382F-3C1E-E6BFE0FA1001".parse().unwrap();
         assert_eq!(u.to_string(), "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001");
-        let nil = "00000000-0000-0000-0000-000000000000".parse::<MdevUuid>().unwrap_err();
+        let nil = "00000000-0000-0000-0000-000000000000"
+            .parse::<MdevUuid>()
+            .unwrap_err();
         assert!(nil.reason.contains("nil"));
         for bad in [
             "83b8f4f2509f382f3c1ee6bfe0fa1001",
@@ -139,8 +149,14 @@ mod tests {
 
     #[test]
     fn type_ids() {
-        assert_eq!("nvidia-222".parse::<MdevTypeId>().unwrap().as_str(), "nvidia-222");
-        assert_eq!("i915-GVTg_V5_4".parse::<MdevTypeId>().unwrap().as_str(), "i915-GVTg_V5_4");
+        assert_eq!(
+            "nvidia-222".parse::<MdevTypeId>().unwrap().as_str(),
+            "nvidia-222"
+        );
+        assert_eq!(
+            "i915-GVTg_V5_4".parse::<MdevTypeId>().unwrap().as_str(),
+            "i915-GVTg_V5_4"
+        );
         for bad in ["", "..", "a/b", "nvidia 222", "x:y", "ñ"] {
             assert!(bad.parse::<MdevTypeId>().is_err(), "{bad:?}");
         }
@@ -148,7 +164,10 @@ mod tests {
 
     #[test]
     fn parents() {
-        assert_eq!("mtty".parse::<MdevParentName>().unwrap().pci_address(), None);
+        assert_eq!(
+            "mtty".parse::<MdevParentName>().unwrap().pci_address(),
+            None
+        );
         let p: MdevParentName = "0000:3B:00.0".parse().unwrap();
         assert_eq!(p.as_str(), "0000:3b:00.0");
         assert!(p.pci_address().is_some());

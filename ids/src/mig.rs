@@ -38,15 +38,25 @@ fn parse_attributes(input: &str, mut rest: &str) -> Result<String, IdError> {
     while !rest.is_empty() {
         let sign = &rest[..1];
         if sign != "+" && sign != "-" {
-            return Err(IdError::new(MIG, input, format!("unexpected {rest:?} after the size")));
+            return Err(IdError::new(
+                MIG,
+                input,
+                format!("unexpected {rest:?} after the size"),
+            ));
         }
         let body = &rest[1..];
         let end = body.find(['+', '-']).unwrap_or(body.len());
         let attr = &body[..end];
         let valid = !attr.is_empty()
-            && attr.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()));
+            && attr
+                .split('.')
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()));
         if !valid {
-            return Err(IdError::new(MIG, input, format!("attribute {sign}{attr:?} is malformed")));
+            return Err(IdError::new(
+                MIG,
+                input,
+                format!("attribute {sign}{attr:?} is malformed"),
+            ));
         }
         rest = &body[end..];
     }
@@ -65,7 +75,9 @@ impl FromStr for MigProfileName {
             Ok(n @ 1..=8) if slices.len() == 1 => n,
             _ => return Err(IdError::new(MIG, s, "compute slices must be 1 to 8")),
         };
-        let digits_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let memory_gb = rest[..digits_end]
             .parse::<u32>()
             .ok()
@@ -75,13 +87,21 @@ impl FromStr for MigProfileName {
             .strip_prefix("gb")
             .ok_or_else(|| IdError::new(MIG, s, "memory size must end in \"gb\""))?;
         let attributes = parse_attributes(s, after)?;
-        Ok(Self { compute_slices, memory_gb, attributes })
+        Ok(Self {
+            compute_slices,
+            memory_gb,
+            attributes,
+        })
     }
 }
 
 impl fmt::Display for MigProfileName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}g.{}gb{}", self.compute_slices, self.memory_gb, self.attributes)
+        write!(
+            f,
+            "{}g.{}gb{}",
+            self.compute_slices, self.memory_gb, self.attributes
+        )
     }
 }
 serde_via_str!(MigProfileName);
@@ -105,14 +125,27 @@ mod tests {
             assert_eq!(p.to_string(), canonical);
         }
         let p: MigProfileName = "3g.40gb".parse().unwrap();
-        assert_eq!((p.compute_slices(), p.memory_gb(), p.attributes()), (3, 40, ""));
+        assert_eq!(
+            (p.compute_slices(), p.memory_gb(), p.attributes()),
+            (3, 40, "")
+        );
     }
 
     #[test]
     fn rejects_malformed() {
         for bad in [
-            "", "3g", "3g.40", "0g.10gb", "9g.10gb", "3g.0gb", "3g.40gb+", "3g.40gb+ME1",
-            "3g.40gbx", "1c.3g.40gb", "10g.40gb", "3g.40gb/..",
+            "",
+            "3g",
+            "3g.40",
+            "0g.10gb",
+            "9g.10gb",
+            "3g.0gb",
+            "3g.40gb+",
+            "3g.40gb+ME1",
+            "3g.40gbx",
+            "1c.3g.40gb",
+            "10g.40gb",
+            "3g.40gb/..",
         ] {
             assert!(bad.parse::<MigProfileName>().is_err(), "{bad:?}");
         }

@@ -14,10 +14,18 @@ impl FromStr for NumaNodeId {
     fn from_str(s: &str) -> Result<Self, IdError> {
         let t = s.trim();
         if t == "-1" {
-            return Err(IdError::new("NUMA node id", s, "-1 means the locality is unknown"));
+            return Err(IdError::new(
+                "NUMA node id",
+                s,
+                "-1 means the locality is unknown",
+            ));
         }
         if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit()) || t.len() > 5 {
-            return Err(IdError::new("NUMA node id", s, "expected a decimal node number"));
+            return Err(IdError::new(
+                "NUMA node id",
+                s,
+                "expected a decimal node number",
+            ));
         }
         t.parse::<u16>()
             .map(Self)
@@ -50,7 +58,12 @@ mod tests {
     #[test]
     fn parses() {
         assert_eq!("1\n".parse::<NumaNodeId>().unwrap(), NumaNodeId(1));
-        assert!("-1".parse::<NumaNodeId>().unwrap_err().reason.contains("unknown"));
+        assert!(
+            "-1".parse::<NumaNodeId>()
+                .unwrap_err()
+                .reason
+                .contains("unknown")
+        );
         for bad in ["", "x", "1.0", "+1", "999999"] {
             assert!(bad.parse::<NumaNodeId>().is_err(), "{bad:?}");
         }

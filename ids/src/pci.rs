@@ -26,9 +26,18 @@ impl PciAddress {
             return Err(IdError::new(PCI, &text, "device number must be at most 1f"));
         }
         if function > 7 {
-            return Err(IdError::new(PCI, &text, "function number must be at most 7"));
+            return Err(IdError::new(
+                PCI,
+                &text,
+                "function number must be at most 7",
+            ));
         }
-        Ok(Self { domain, bus, device, function })
+        Ok(Self {
+            domain,
+            bus,
+            device,
+            function,
+        })
     }
     /// PCI segment (domain).
     pub fn domain(&self) -> u32 {
@@ -50,10 +59,18 @@ impl PciAddress {
 
 fn hex_field(input: &str, field: &str, what: &str, max_digits: usize) -> Result<u32, IdError> {
     if field.is_empty() || field.len() > max_digits {
-        return Err(IdError::new(PCI, input, format!("{what} must be 1 to {max_digits} hex digits")));
+        return Err(IdError::new(
+            PCI,
+            input,
+            format!("{what} must be 1 to {max_digits} hex digits"),
+        ));
     }
     if !field.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(IdError::new(PCI, input, format!("{what} {field:?} is not hexadecimal")));
+        return Err(IdError::new(
+            PCI,
+            input,
+            format!("{what} {field:?} is not hexadecimal"),
+        ));
     }
     u32::from_str_radix(field, 16)
         .map_err(|_| IdError::new(PCI, input, format!("{what} {field:?} is out of range")))
@@ -81,13 +98,22 @@ impl FromStr for PciAddress {
         if function > 7 {
             return Err(IdError::new(PCI, s, "function number must be at most 7"));
         }
-        Ok(Self { domain, bus, device: device as u8, function: function as u8 })
+        Ok(Self {
+            domain,
+            bus,
+            device: device as u8,
+            function: function as u8,
+        })
     }
 }
 
 impl fmt::Display for PciAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
     }
 }
 serde_via_str!(PciAddress);
@@ -104,9 +130,16 @@ macro_rules! pci_id {
             type Err = IdError;
             fn from_str(s: &str) -> Result<Self, IdError> {
                 let t = s.trim();
-                let digits = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+                let digits = t
+                    .strip_prefix("0x")
+                    .or_else(|| t.strip_prefix("0X"))
+                    .unwrap_or(t);
                 if digits.len() != 4 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(IdError::new($kind, s, "expected four hex digits, e.g. 0x10de"));
+                    return Err(IdError::new(
+                        $kind,
+                        s,
+                        "expected four hex digits, e.g. 0x10de",
+                    ));
                 }
                 u16::from_str_radix(digits, 16)
                     .map($name)
@@ -121,8 +154,16 @@ macro_rules! pci_id {
         serde_via_str!($name);
     };
 }
-pci_id!(PciVendorId, "PCI vendor id", "A PCI vendor id, e.g. `10de` for NVIDIA.");
-pci_id!(PciDeviceId, "PCI device id", "A PCI device id, e.g. `2335` for an H200.");
+pci_id!(
+    PciVendorId,
+    "PCI vendor id",
+    "A PCI vendor id, e.g. `10de` for NVIDIA."
+);
+pci_id!(
+    PciDeviceId,
+    "PCI device id",
+    "A PCI device id, e.g. `2335` for an H200."
+);
 
 impl PciVendorId {
     /// NVIDIA Corporation.
@@ -139,17 +180,32 @@ mod tests {
     fn canonical_forms() {
         let a: PciAddress = "0000:07:00.0".parse().unwrap();
         assert_eq!(a.to_string(), "0000:07:00.0");
-        assert_eq!("0000:AB:1F.7".parse::<PciAddress>().unwrap().to_string(), "0000:ab:1f.7");
+        assert_eq!(
+            "0000:AB:1F.7".parse::<PciAddress>().unwrap().to_string(),
+            "0000:ab:1f.7"
+        );
         assert_eq!("00000000:07:00.0".parse::<PciAddress>().unwrap(), a);
-        assert_eq!("10000:e1:00.0".parse::<PciAddress>().unwrap().to_string(), "10000:e1:00.0");
+        assert_eq!(
+            "10000:e1:00.0".parse::<PciAddress>().unwrap().to_string(),
+            "10000:e1:00.0"
+        );
     }
 
     #[test]
     fn rejects_malformed() {
         for bad in [
-            "", "07:00.0", "0000:07:00", "0000:07:20.0", "0000:07:00.8", "0000:7g:00.0",
-            "0000:07:00.0/..", "0000::00.0", "000000000:07:00.0", " 0000:07:00.0",
-            "0000:07:00.0:1", "0000:107:00.0",
+            "",
+            "07:00.0",
+            "0000:07:00",
+            "0000:07:20.0",
+            "0000:07:00.8",
+            "0000:7g:00.0",
+            "0000:07:00.0/..",
+            "0000::00.0",
+            "000000000:07:00.0",
+            " 0000:07:00.0",
+            "0000:07:00.0:1",
+            "0000:107:00.0",
         ] {
             let err = bad.parse::<PciAddress>().unwrap_err();
             assert_eq!(err.kind, "PCI address", "{bad}");
@@ -160,7 +216,10 @@ mod tests {
 
     #[test]
     fn vendor_ids() {
-        assert_eq!("0x10de".parse::<PciVendorId>().unwrap(), PciVendorId::NVIDIA);
+        assert_eq!(
+            "0x10de".parse::<PciVendorId>().unwrap(),
+            PciVendorId::NVIDIA
+        );
         assert_eq!("10DE\n".parse::<PciVendorId>().unwrap().to_string(), "10de");
         assert!("0x10de0".parse::<PciVendorId>().is_err());
         assert!("nvidia".parse::<PciDeviceId>().is_err());

@@ -28,7 +28,11 @@ impl FromStr for VgpuTypeId {
             return Err(IdError::new("vGPU type id", s, "expected a decimal number"));
         }
         match t.parse::<u32>() {
-            Ok(0) => Err(IdError::new("vGPU type id", s, "0 means no vGPU, not a type")),
+            Ok(0) => Err(IdError::new(
+                "vGPU type id",
+                s,
+                "0 means no vGPU, not a type",
+            )),
             Ok(n) => Ok(Self(n)),
             Err(_) => Err(IdError::new("vGPU type id", s, "number is out of range")),
         }
@@ -60,7 +64,12 @@ mod tests {
     #[test]
     fn parses() {
         assert_eq!("1414\n".parse::<VgpuTypeId>().unwrap().get(), 1414);
-        assert!("0".parse::<VgpuTypeId>().unwrap_err().reason.contains("no vGPU"));
+        assert!(
+            "0".parse::<VgpuTypeId>()
+                .unwrap_err()
+                .reason
+                .contains("no vGPU")
+        );
         for bad in ["", "-1", "0x10", "99999999999", "nvidia-222"] {
             assert!(bad.parse::<VgpuTypeId>().is_err(), "{bad:?}");
         }

@@ -40,13 +40,28 @@ struct Context<'a> {
 pub fn discover(host: &HostAccess) -> HostInventory {
     let fs = host.sysfs.as_ref();
     let mut warnings = Vec::new();
-    let hostname = host.hostname.clone().unwrap_or_else(|| read_hostname(fs, &mut warnings));
+    let hostname = host
+        .hostname
+        .clone()
+        .unwrap_or_else(|| read_hostname(fs, &mut warnings));
     let numa_nodes = discover_numa(fs, &mut warnings);
     let pci = discover_pci(fs, &mut warnings);
-    let nvml_devices = host.nvml.as_ref().ok().map(|n| nvml_devices(n.as_ref(), &mut warnings));
-    let amd_gpus = host.amd.as_ref().ok().map(|(a, _)| amd_gpus(a.as_ref(), &mut warnings));
+    let nvml_devices = host
+        .nvml
+        .as_ref()
+        .ok()
+        .map(|n| nvml_devices(n.as_ref(), &mut warnings));
+    let amd_gpus = host
+        .amd
+        .as_ref()
+        .ok()
+        .map(|(a, _)| amd_gpus(a.as_ref(), &mut warnings));
     let mut mdev_parents = discover_mdev(fs, &mut warnings);
-    let ctx = Context { host, pci: &pci, mdev_groups: mdev_groups(fs, &mut warnings) };
+    let ctx = Context {
+        host,
+        pci: &pci,
+        mdev_groups: mdev_groups(fs, &mut warnings),
+    };
 
     let mut gpus = Vec::new();
     for dev in pci.values().filter(|d| d.is_gpu() && !d.is_vf()) {
@@ -59,7 +74,9 @@ pub fn discover(host: &HostAccess) -> HostInventory {
     warnings.extend(mdev_parents.values().flat_map(parent_problems));
     for addr in nvml_devices.iter().flat_map(|m| m.keys()) {
         if !pci.contains_key(addr) {
-            warnings.push(format!("NVML reports GPU {addr} but sysfs has no such PCI device"));
+            warnings.push(format!(
+                "NVML reports GPU {addr} but sysfs has no such PCI device"
+            ));
         }
     }
     HostInventory {
@@ -131,7 +148,10 @@ fn discover_pci(fs: &dyn Sysfs, warnings: &mut Vec<String>) -> PciMap {
     map
 }
 
-fn nvml_devices(nvml: &dyn Nvml, warnings: &mut Vec<String>) -> BTreeMap<PciAddress, gpu::DeviceInfo> {
+fn nvml_devices(
+    nvml: &dyn Nvml,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<PciAddress, gpu::DeviceInfo> {
     let count = match nvml.device_count() {
         Ok(n) => n,
         Err(e) => {
@@ -161,7 +181,10 @@ fn amd_gpus(amd: &dyn AmdSmi, warnings: &mut Vec<String>) -> BTreeMap<PciAddress
     }
 }
 
-fn discover_mdev(fs: &dyn Sysfs, warnings: &mut Vec<String>) -> BTreeMap<MdevParentName, mdev::MdevParent> {
+fn discover_mdev(
+    fs: &dyn Sysfs,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<MdevParentName, mdev::MdevParent> {
     let (names, errors) = match mdev::list_parents(fs) {
         Ok(found) => found,
         Err(e) => {
@@ -203,7 +226,10 @@ fn mdev_groups(
     match mdev::list_devices(fs) {
         Ok((devices, errors)) => {
             warnings.extend(errors.iter().map(|e| error_chain(e)));
-            devices.into_iter().map(|d| (d.uuid, d.iommu_group)).collect()
+            devices
+                .into_iter()
+                .map(|d| (d.uuid, d.iommu_group))
+                .collect()
         }
         Err(e) => {
             warnings.push(error_chain(&e));
@@ -232,12 +258,16 @@ fn build_gpu(
         vendor_id: dev.vendor.to_string(),
         device_id: dev.device.to_string(),
         model,
-        uuid: nv.map(|n| n.uuid.clone()).or_else(|| amd.and_then(|a| a.uuid.clone())),
+        uuid: nv
+            .map(|n| n.uuid.clone())
+            .or_else(|| amd.and_then(|a| a.uuid.clone())),
         nvml_index: nv.map(|n| n.index),
         numa_node,
         numa_source,
         iommu_group: dev.iommu_group,
-        memory_mib: nv.map(|n| n.memory_total_mib).or_else(|| amd.map(|a| a.memory_total_mib)),
+        memory_mib: nv
+            .map(|n| n.memory_total_mib)
+            .or_else(|| amd.map(|a| a.memory_total_mib)),
         driver: dev.driver.clone(),
         pcie_link: dev.link.as_ref().map(|l| PcieLinkInfo {
             current_speed_gts: l.current_speed_gts,
@@ -265,7 +295,12 @@ fn build_gpu(
         gpu.mdev_types = parent.types.iter().map(type_info).collect();
     }
     if let Some(sriov) = &dev.sriov {
-        gpu.sriov = Some(sriov_info(host.sysfs.as_ref(), sriov, ctx.pci, &mut warnings));
+        gpu.sriov = Some(sriov_info(
+            host.sysfs.as_ref(),
+            sriov,
+            ctx.pci,
+            &mut warnings,
+        ));
     }
     gpu.slices = existing_slices(&gpu, dev, &ctx.mdev_groups);
     gpu.warnings = warnings;
@@ -331,10 +366,12 @@ fn mig_info(nvml: &dyn Nvml, index: u32, warnings: &mut Vec<String>) -> Option<M
         instances: Vec::new(),
     };
     for p in &profiles {
-        let placements = nvml.gpu_instance_possible_placements(index, p.id).unwrap_or_else(|e| {
-            warnings.push(e.to_string());
-            Vec::new()
-        });
+        let placements = nvml
+            .gpu_instance_possible_placements(index, p.id)
+            .unwrap_or_else(|e| {
+                warnings.push(e.to_string());
+                Vec::new()
+            });
         let remaining = if mode.current {
             nvml.gpu_instance_remaining_capacity(index, p.id)
                 .map_err(|e| warnings.push(e.to_string()))
@@ -350,7 +387,10 @@ fn mig_info(nvml: &dyn Nvml, index: u32, warnings: &mut Vec<String>) -> Option<M
             max_instances: p.instance_count,
             placements: placements
                 .iter()
-                .map(|pl| PlacementInfo { start: pl.start, size: pl.size })
+                .map(|pl| PlacementInfo {
+                    start: pl.start,
+                    size: pl.size,
+                })
                 .collect(),
             remaining,
         });
@@ -389,7 +429,10 @@ fn mig_instances(
             MigInstanceInfo {
                 gpu_instance_id: gi.id,
                 profile,
-                placement: PlacementInfo { start: gi.placement.start, size: gi.placement.size },
+                placement: PlacementInfo {
+                    start: gi.placement.start,
+                    size: gi.placement.size,
+                },
                 compute_instances,
             }
         })
@@ -451,8 +494,16 @@ fn sriov_info(
     pci: &PciMap,
     warnings: &mut Vec<String>,
 ) -> SriovInfo {
-    let vfs = sriov.vfs.iter().map(|addr| vf_info(fs, *addr, pci.get(addr), warnings)).collect();
-    SriovInfo { total_vfs: sriov.total_vfs, enabled_vfs: sriov.num_vfs, vfs }
+    let vfs = sriov
+        .vfs
+        .iter()
+        .map(|addr| vf_info(fs, *addr, pci.get(addr), warnings))
+        .collect();
+    SriovInfo {
+        total_vfs: sriov.total_vfs,
+        enabled_vfs: sriov.num_vfs,
+        vfs,
+    }
 }
 
 fn vf_info(
@@ -477,8 +528,13 @@ fn vf_info(
     }
     match vfio::creatable_vgpu_types(fs, addr) {
         Ok(types) => {
-            info.creatable_vgpu_types =
-                types.into_iter().map(|t| VgpuTypeRef { id: t.id, name: t.name }).collect();
+            info.creatable_vgpu_types = types
+                .into_iter()
+                .map(|t| VgpuTypeRef {
+                    id: t.id,
+                    name: t.name,
+                })
+                .collect();
         }
         Err(e) => warnings.push(error_chain(&e)),
     }
@@ -492,7 +548,9 @@ fn existing_slices(
 ) -> Vec<ExistingSlice> {
     let mut slices = Vec::new();
     if dev.driver.as_deref() == Some("vfio-pci") {
-        slices.push(ExistingSlice::Passthrough { iommu_group: dev.iommu_group });
+        slices.push(ExistingSlice::Passthrough {
+            iommu_group: dev.iommu_group,
+        });
     }
     for gi in gpu.mig.iter().flat_map(|m| &m.instances) {
         slices.push(ExistingSlice::Mig {
@@ -504,12 +562,19 @@ fn existing_slices(
     for t in &gpu.mdev_types {
         for uuid in &t.devices {
             let iommu_group = mdev_groups.get(uuid).copied().flatten();
-            slices.push(ExistingSlice::Mdev { uuid: *uuid, type_id: t.id.clone(), iommu_group });
+            slices.push(ExistingSlice::Mdev {
+                uuid: *uuid,
+                type_id: t.id.clone(),
+                iommu_group,
+            });
         }
     }
     for vf in gpu.sriov.iter().flat_map(|s| &s.vfs) {
         if let Some(vgpu_type) = vf.vgpu_type {
-            slices.push(ExistingSlice::NvidiaVfio { vf: vf.pci_address, vgpu_type });
+            slices.push(ExistingSlice::NvidiaVfio {
+                vf: vf.pci_address,
+                vgpu_type,
+            });
         } else if vf.driver.as_deref() == Some("vfio-pci") {
             slices.push(ExistingSlice::SriovVf { vf: vf.pci_address });
         }
@@ -533,14 +598,29 @@ fn pci_info(dev: &vfio::PciDevice) -> PciDeviceInfo {
 fn library_status(host: &HostAccess) -> VendorLibraries {
     let nvml = match &host.nvml {
         Ok(n) => match n.driver_version() {
-            Ok(v) => LibraryStatus { available: true, detail: format!("driver {v}") },
-            Err(e) => LibraryStatus { available: true, detail: e.to_string() },
+            Ok(v) => LibraryStatus {
+                available: true,
+                detail: format!("driver {v}"),
+            },
+            Err(e) => LibraryStatus {
+                available: true,
+                detail: e.to_string(),
+            },
         },
-        Err(why) => LibraryStatus { available: false, detail: why.clone() },
+        Err(why) => LibraryStatus {
+            available: false,
+            detail: why.clone(),
+        },
     };
     let amd_smi = match &host.amd {
-        Ok((_, backend)) => LibraryStatus { available: true, detail: backend.clone() },
-        Err(why) => LibraryStatus { available: false, detail: why.clone() },
+        Ok((_, backend)) => LibraryStatus {
+            available: true,
+            detail: backend.clone(),
+        },
+        Err(why) => LibraryStatus {
+            available: false,
+            detail: why.clone(),
+        },
     };
     VendorLibraries { nvml, amd_smi }
 }

@@ -21,7 +21,10 @@ pub fn render_tree(inv: &HostInventory) -> String {
     let unplaced: Vec<_> = inv
         .gpus
         .iter()
-        .filter(|g| g.numa_node.is_none_or(|n| !inv.numa_nodes.iter().any(|x| x.id == n)))
+        .filter(|g| {
+            g.numa_node
+                .is_none_or(|n| !inv.numa_nodes.iter().any(|x| x.id == n))
+        })
         .collect();
     if !unplaced.is_empty() {
         let _ = writeln!(out, "  NUMA locality unknown:");
@@ -50,12 +53,22 @@ pub fn render_tree(inv: &HostInventory) -> String {
 }
 
 fn lib_text(s: &LibraryStatus) -> String {
-    if s.available { format!("in use ({})", s.detail) } else { format!("not in use ({})", s.detail) }
+    if s.available {
+        format!("in use ({})", s.detail)
+    } else {
+        format!("not in use ({})", s.detail)
+    }
 }
 
 fn render_gpu(out: &mut String, gpu: &Gpu) {
-    let memory = gpu.memory_mib.map(|m| format!(", {} MiB", m)).unwrap_or_default();
-    let group = gpu.iommu_group.map(|g| format!(", IOMMU group {g}")).unwrap_or_default();
+    let memory = gpu
+        .memory_mib
+        .map(|m| format!(", {} MiB", m))
+        .unwrap_or_default();
+    let group = gpu
+        .iommu_group
+        .map(|g| format!(", IOMMU group {g}"))
+        .unwrap_or_default();
     let driver = gpu.driver.as_deref().unwrap_or("no driver");
     let numa = match gpu.numa_source {
         NumaSource::Device | NumaSource::Unknown => String::new(),
@@ -78,7 +91,11 @@ fn render_gpu(out: &mut String, gpu: &Gpu) {
         render_sriov(out, sriov);
     }
     if !gpu.vgpu_types.is_empty() {
-        let names: Vec<_> = gpu.vgpu_types.iter().map(|t| format!("{} {}", t.id, t.name)).collect();
+        let names: Vec<_> = gpu
+            .vgpu_types
+            .iter()
+            .map(|t| format!("{} {}", t.id, t.name))
+            .collect();
         let _ = writeln!(out, "      vGPU types: {}", names.join(", "));
     }
     if let Some(amd) = &gpu.amd {
@@ -89,8 +106,12 @@ fn render_gpu(out: &mut String, gpu: &Gpu) {
             amd.compute_partitions_available.join(", "),
             amd.memory_partition.as_deref().unwrap_or("?"),
             amd.memory_partitions_available.join(", "),
-            amd.vfs_enabled.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-            amd.vfs_supported.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+            amd.vfs_enabled
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into()),
+            amd.vfs_supported
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into()),
         );
     }
     if !gpu.nvlink_peers.is_empty() {
@@ -112,7 +133,10 @@ fn render_mig(out: &mut String, mig: &MigInfo) {
     let _ = writeln!(out, "      MIG {state}");
     for p in &mig.profiles {
         let starts: Vec<_> = p.placements.iter().map(|pl| pl.start.to_string()).collect();
-        let remaining = p.remaining.map(|r| format!(", {r} more fit")).unwrap_or_default();
+        let remaining = p
+            .remaining
+            .map(|r| format!(", {r} more fit"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "        {:<14} id {:>2}, up to {}, start slots {}{remaining}",
@@ -126,7 +150,10 @@ fn render_mig(out: &mut String, mig: &MigInfo) {
 
 fn render_mdev_types(out: &mut String, types: &[MdevTypeInfo], indent: &str) {
     for t in types {
-        let available = t.available_instances.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
+        let available = t
+            .available_instances
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "?".into());
         let _ = writeln!(
             out,
             "{indent}mdev type {} {}: {available} available",
@@ -137,13 +164,21 @@ fn render_mdev_types(out: &mut String, types: &[MdevTypeInfo], indent: &str) {
 }
 
 fn render_sriov(out: &mut String, sriov: &SriovInfo) {
-    let _ = writeln!(out, "      SR-IOV: {}/{} VFs enabled", sriov.enabled_vfs, sriov.total_vfs);
+    let _ = writeln!(
+        out,
+        "      SR-IOV: {}/{} VFs enabled",
+        sriov.enabled_vfs, sriov.total_vfs
+    );
     for vf in &sriov.vfs {
         let driver = vf.driver.as_deref().unwrap_or("no driver");
         let vgpu = match vf.vgpu_type {
             Some(t) => format!(", vGPU type {t}"),
             None if !vf.creatable_vgpu_types.is_empty() => {
-                let names: Vec<_> = vf.creatable_vgpu_types.iter().map(|t| t.name.as_str()).collect();
+                let names: Vec<_> = vf
+                    .creatable_vgpu_types
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect();
                 format!(", creatable: {}", names.join(", "))
             }
             None => String::new(),
@@ -156,7 +191,11 @@ fn render_slices(out: &mut String, slices: &[ExistingSlice]) {
     for s in slices {
         let text = match s {
             ExistingSlice::Mdev { uuid, type_id, .. } => format!("mdev {uuid} ({type_id})"),
-            ExistingSlice::Mig { gpu_instance_id, profile, start } => {
+            ExistingSlice::Mig {
+                gpu_instance_id,
+                profile,
+                start,
+            } => {
                 format!("MIG GPU instance {gpu_instance_id} {profile} at slot {start}")
             }
             ExistingSlice::NvidiaVfio { vf, vgpu_type } => format!("vGPU {vgpu_type} on VF {vf}"),
@@ -170,8 +209,14 @@ fn render_slices(out: &mut String, slices: &[ExistingSlice]) {
 fn render_pci(out: &mut String, inv: &HostInventory) {
     let _ = writeln!(out, "  PCI functions: {}", inv.pci_devices.len());
     for d in &inv.pci_devices {
-        let numa = d.numa_node.map(|n| format!(" node {n}")).unwrap_or_default();
-        let group = d.iommu_group.map(|g| format!(" group {g}")).unwrap_or_default();
+        let numa = d
+            .numa_node
+            .map(|n| format!(" node {n}"))
+            .unwrap_or_default();
+        let group = d
+            .iommu_group
+            .map(|g| format!(" group {g}"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "    {} [{}] {}:{} {}{numa}{group}",

@@ -1,4 +1,5 @@
 //! Discovery over fixture trees shaped like real hosts, through the real sysfs implementation.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
@@ -23,10 +24,16 @@ fn pci(tree: &Tree, dir: &str, vendor: &str, device: &str, class: &str, numa: &s
     );
     let depth = dir.matches('/').count();
     let up = "../".repeat(depth);
-    tree.link(&format!("{dir}/iommu_group"), &format!("{up}sys/kernel/iommu_groups/{group}"));
+    tree.link(
+        &format!("{dir}/iommu_group"),
+        &format!("{up}sys/kernel/iommu_groups/{group}"),
+    );
     tree.link(
         &format!("/sys/kernel/iommu_groups/{group}/devices/{bdf}"),
-        &format!("../../../../devices{}", dir.trim_start_matches("/sys/devices")),
+        &format!(
+            "../../../../devices{}",
+            dir.trim_start_matches("/sys/devices")
+        ),
     );
 }
 
@@ -38,21 +45,35 @@ fn two_socket_host(tree: &Tree) {
         tree.file(&format!("{dir}/cpulist"), &format!("{cpus}\n"));
         tree.file(
             &format!("{dir}/meminfo"),
-            &format!("Node {n} MemTotal:       263921920 kB\nNode {n} MemFree:        200000000 kB\n"),
+            &format!(
+                "Node {n} MemTotal:       263921920 kB\nNode {n} MemFree:        200000000 kB\n"
+            ),
         );
-        tree.file(&format!("{dir}/distance"), if n == 0 { "10 21\n" } else { "21 10\n" });
+        tree.file(
+            &format!("{dir}/distance"),
+            if n == 0 { "10 21\n" } else { "21 10\n" },
+        );
     }
     pci(tree, PORT, "0x1022", "0x1483", "0x060400", "1", 30);
     // Firmware gave the GPU no locality: its root port knows.
     pci(tree, GPU, "0x10de", "0x20b2", "0x030200", "-1", 31);
-    tree.link(&format!("{GPU}/driver"), "../../../../bus/pci/drivers/nvidia");
+    tree.link(
+        &format!("{GPU}/driver"),
+        "../../../../bus/pci/drivers/nvidia",
+    );
     pci(tree, NIC, "0x8086", "0x1572", "0x020000", "0", 5);
-    tree.file("/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-2/name", "Dual port serial\n");
+    tree.file(
+        "/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-2/name",
+        "Dual port serial\n",
+    );
     let ty = "/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-2";
     tree.file(&format!("{ty}/device_api"), "vfio-pci\n");
     tree.file(&format!("{ty}/available_instances"), "12\n");
     tree.dir(&format!("{ty}/devices"));
-    tree.link("/sys/class/mdev_bus/mtty", "../../devices/virtual/mtty/mtty");
+    tree.link(
+        "/sys/class/mdev_bus/mtty",
+        "../../devices/virtual/mtty/mtty",
+    );
 }
 
 fn access(root: &std::path::Path) -> HostAccess {
@@ -89,7 +110,10 @@ fn a_two_socket_host_without_nvml() {
     assert_eq!(inv.pci_devices.len(), 3);
     assert_eq!(inv.other_mdev_parents.len(), 1);
     assert_eq!(inv.other_mdev_parents[0].name.as_str(), "mtty");
-    assert_eq!(inv.other_mdev_parents[0].types[0].available_instances, Some(12));
+    assert_eq!(
+        inv.other_mdev_parents[0].types[0].available_instances,
+        Some(12)
+    );
     assert!(!inv.vendor_libraries.nvml.available);
     assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
 }
@@ -104,12 +128,18 @@ fn garbage_and_missing_files_become_warnings_not_failures() {
     pci(&tree, BROKEN, "0x8086", "0x1572", "banana", "0", 6);
     tree.file("/sys/bus/pci/devices/not-a-device", "");
     std::fs::remove_file(dir.path().join("sys/devices/system/node/node1/meminfo")).unwrap();
-    tree.file("/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-2/available_instances", "-3\n");
+    tree.file(
+        "/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-2/available_instances",
+        "-3\n",
+    );
     let inv = discover(&access(dir.path()));
     let all = inv.warnings.join("\n");
     assert!(all.contains("0000:00:04.0"), "{all}");
     assert!(all.contains("not-a-device"), "{all}");
-    assert!(all.contains("node1/meminfo") || all.contains("node 1"), "{all}");
+    assert!(
+        all.contains("node1/meminfo") || all.contains("node 1"),
+        "{all}"
+    );
     assert!(all.contains("available_instances"), "{all}");
     // The rest is still there.
     assert_eq!(inv.gpus.len(), 1);

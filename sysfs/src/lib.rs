@@ -68,7 +68,11 @@ pub struct SysfsError {
 impl SysfsError {
     /// Builds an error.
     pub fn new(op: Op, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Self { op, path: path.into(), source }
+        Self {
+            op,
+            path: path.into(),
+            source,
+        }
     }
     /// An error with a raw errno, as the kernel would return it.
     pub fn errno_of(op: Op, path: impl Into<PathBuf>, errno: i32) -> Self {
@@ -76,7 +80,11 @@ impl SysfsError {
     }
     /// A parse failure of the file's contents.
     pub fn parse(path: impl Into<PathBuf>, what: impl fmt::Display) -> Self {
-        Self::new(Op::Parse, path, io::Error::new(io::ErrorKind::InvalidData, what.to_string()))
+        Self::new(
+            Op::Parse,
+            path,
+            io::Error::new(io::ErrorKind::InvalidData, what.to_string()),
+        )
     }
     /// The kernel's errno, when the failure came from a system call.
     pub fn errno(&self) -> Option<i32> {
@@ -241,7 +249,9 @@ mod tests {
 
     #[test]
     fn normalize_resolves_parents() {
-        let p = normalize(Path::new("/sys/bus/pci/devices/../../../devices/pci0000:00/0000:00:01.0"));
+        let p = normalize(Path::new(
+            "/sys/bus/pci/devices/../../../devices/pci0000:00/0000:00:01.0",
+        ));
         assert_eq!(p, Path::new("/sys/devices/pci0000:00/0000:00:01.0"));
         assert_eq!(normalize(Path::new("/../..")), Path::new("/"));
     }

@@ -47,7 +47,9 @@ impl Sysfs for RealSysfs {
         let file = fs::File::open(real).map_err(err)?;
         let mut buf = Vec::new();
         // Read one byte past the limit to tell "exactly the limit" from "longer".
-        file.take(limit as u64 + 1).read_to_end(&mut buf).map_err(err)?;
+        file.take(limit as u64 + 1)
+            .read_to_end(&mut buf)
+            .map_err(err)?;
         if buf.len() > limit {
             return Err(SysfsError::errno_of(Op::Read, path, libc::EFBIG));
         }
@@ -58,7 +60,11 @@ impl Sysfs for RealSysfs {
         let real = self.backing(Op::Write, path)?;
         let err = |e| SysfsError::new(Op::Write, path, e);
         // No O_CREAT: writing to an attribute that does not exist is an error, as on sysfs.
-        let mut file = fs::OpenOptions::new().write(true).truncate(true).open(real).map_err(err)?;
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(real)
+            .map_err(err)?;
         // One write(2): sysfs store handlers see the whole value at once. A short write is
         // reported rather than retried, because a retry would deliver half a value.
         let written = file.write(data).map_err(err)?;
@@ -83,7 +89,9 @@ impl Sysfs for RealSysfs {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        self.backing(Op::Read, path).map(|p| p.exists()).unwrap_or(false)
+        self.backing(Op::Read, path)
+            .map(|p| p.exists())
+            .unwrap_or(false)
     }
 }
 
@@ -98,7 +106,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tree = Tree::new(dir.path());
         tree.file("/sys/devices/pci0000:00/0000:00:02.0/numa_node", "-1\n");
-        tree.link("/sys/bus/pci/devices/0000:00:02.0", "../../../devices/pci0000:00/0000:00:02.0");
+        tree.link(
+            "/sys/bus/pci/devices/0000:00:02.0",
+            "../../../devices/pci0000:00/0000:00:02.0",
+        );
         let fs = RealSysfs::new(dir.path());
         let dev = Path::new("/sys/bus/pci/devices/0000:00:02.0");
         assert_eq!(fs.read_text(&dev.join("numa_node")).unwrap(), "-1");
@@ -122,13 +133,21 @@ mod tests {
         tree.bytes("/binary", &[0xff, 0xfe]);
         let fs = RealSysfs::new(dir.path());
         assert_eq!(fs.read(Path::new("/big"), 100).unwrap().len(), 100);
-        assert_eq!(fs.read(Path::new("/big"), 99).unwrap_err().errno(), Some(libc::EFBIG));
+        assert_eq!(
+            fs.read(Path::new("/big"), 99).unwrap_err().errno(),
+            Some(libc::EFBIG)
+        );
         let e = fs.read_parse::<u32>(Path::new("/garbage")).unwrap_err();
         assert_eq!(e.op, Op::Parse);
         assert!(crate::error_chain(&e).contains("/garbage"));
-        assert_eq!(fs.read_text(Path::new("/binary")).unwrap_err().op, Op::Parse);
         assert_eq!(
-            fs.read(Path::new("/../etc/passwd"), 10).unwrap_err().errno(),
+            fs.read_text(Path::new("/binary")).unwrap_err().op,
+            Op::Parse
+        );
+        assert_eq!(
+            fs.read(Path::new("/../etc/passwd"), 10)
+                .unwrap_err()
+                .errno(),
             Some(libc::EINVAL)
         );
     }
@@ -139,7 +158,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tree = Tree::new(dir.path());
         tree.file("/d/good", "1");
-        fs::write(dir.path().join("d").join(std::ffi::OsStr::from_bytes(b"bad\xff")), "").unwrap();
+        fs::write(
+            dir.path()
+                .join("d")
+                .join(std::ffi::OsStr::from_bytes(b"bad\xff")),
+            "",
+        )
+        .unwrap();
         let fs = RealSysfs::new(dir.path());
         let (names, skipped) = fs.list_names(Path::new("/d")).unwrap();
         assert_eq!(names, vec!["good"]);

@@ -1,0 +1,113 @@
+//! `rig-checks kernel` runs the scenarios on the host it runs on (the rig's guest) and prints the
+//! checks, the summary and one `RIG-OBSERVATIONS <json>` line. `rig-checks sim --profile FILE
+//! --kernel OBSERVATIONS` runs them on the simulator and compares with the kernel's.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+const MARKER: &str = "RIG-OBSERVATIONS ";
+
+fn main() -> ExitCode {
+    match run(std::env::args().skip(1).collect()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("rig-checks: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Vec<String>) -> anyhow::Result<bool> {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["kernel"] => {
+            let report = rig_checks::run_all(&sysfs::RealSysfs::host());
+            report.print("kernel");
+            println!("{MARKER}{}", serde_json::to_string(&report.observations)?);
+            Ok(report.failures() == 0)
+        }
+        ["inventory", "--console", console] => inventory(console),
+        ["sim", "--profile", profile, "--kernel", observations] => compare(profile, observations),
+        _ => anyhow::bail!(
+            "usage: rig-checks kernel | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS"
+        ),
+    }
+}
+
+/// Checks the guest's `vgpud inventory --json`, printed between markers on the console.
+fn inventory(console: &str) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(console).with_context(|| format!("reading {console}"))?;
+    let json = text
+        .split_once("RIG-INVENTORY-BEGIN")
+        .and_then(|(_, rest)| rest.split_once("RIG-INVENTORY-END"))
+        .map(|(json, _)| json)
+        .context("no inventory in the guest's output")?;
+    let inv: serde_json::Value = serde_json::from_str(json).context("the inventory is not JSON")?;
+    let mut report = rig_checks::Report::default();
+    let nodes = inv["numa_nodes"].as_array().map_or(0, Vec::len);
+    report.check(
+        "vgpud inventory: 2 NUMA nodes",
+        nodes == 2,
+        format!("{nodes}"),
+    );
+    let devices = inv["pci_devices"].as_array().cloned().unwrap_or_default();
+    let pf = devices
+        .iter()
+        .find(|d| d["vendor_id"] == "8086" && d["device_id"] == "10c9");
+    let pf_node = pf.map(|d| d["numa_node"].clone());
+    report.check(
+        "vgpud inventory: the igb PF on NUMA node 1",
+        pf_node == Some(serde_json::json!(1)),
+        format!("{pf_node:?}"),
+    );
+    let grouped = devices.iter().filter(|d| d["iommu_group"].is_u64()).count();
+    report.check(
+        "vgpud inventory: every PCI device with its IOMMU group",
+        grouped == devices.len() && grouped > 0,
+        format!("{grouped} of {}", devices.len()),
+    );
+    let parents: Vec<_> = inv["other_mdev_parents"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
+        .unwrap_or_default();
+    report.check(
+        "vgpud inventory: mdev parents mtty, mdpy, mbochs",
+        ["mtty", "mdpy", "mbochs"]
+            .iter()
+            .all(|p| parents.contains(p)),
+        parents.join(","),
+    );
+    report.print("inventory");
+    Ok(report.failures() == 0)
+}
+
+fn compare(profile: &str, observations: &str) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(observations)
+        .with_context(|| format!("reading the kernel's observations {observations}"))?;
+    let json = text
+        .lines()
+        .find_map(|l| l.split_once(MARKER).map(|(_, j)| j))
+        .context("no RIG-OBSERVATIONS line in the kernel's output")?;
+    let kernel: BTreeMap<String, String> = serde_json::from_str(json.trim())?;
+    let host = sim::SimHost::new(sim::Profile::load(std::path::Path::new(profile))?)?;
+    let report = rig_checks::run_all(host.sysfs().as_ref());
+    report.print("simulator");
+    let diffs = rig_checks::compare(&kernel, &report.observations);
+    for d in &diffs {
+        println!("sim-vs-kernel: DIFFERS {d}");
+    }
+    println!(
+        "sim-vs-kernel: {} observations, {} agree, {} differ",
+        kernel.len(),
+        kernel.len().saturating_sub(diffs.len()),
+        diffs.len()
+    );
+    Ok(diffs.is_empty() && report.failures() == 0)
+}
