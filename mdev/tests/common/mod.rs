@@ -1,25 +1,14 @@
 //! Fixture hosts for the mdev tests: mdev parents laid out as the kernel lays them out, and a
-//! [`Probe`] around the fixture's sysfs that records writes in order and injects failures.
-//! (The `Probe` is the same as in the vfio tests; a shared copy would belong in `sysfs::fixture`.)
+//! [`Probe`] (from `sysfs::fixture`) around the fixture's sysfs.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-
+use std::path::PathBuf;
 use sysfs::fixture::Tree;
-use sysfs::{Op, RealSysfs, Sysfs, SysfsError};
+
+use sysfs::RealSysfs;
 use tempfile::TempDir;
 
-/// The relative link target the kernel would store in `from_dir` for `to` (both absolute).
-pub fn relative(from_dir: &str, to: &str) -> String {
-    let from: Vec<&str> = from_dir.split('/').filter(|c| !c.is_empty()).collect();
-    let to: Vec<&str> = to.split('/').filter(|c| !c.is_empty()).collect();
-    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut parts = vec![".."; from.len() - common];
-    parts.extend(&to[common..]);
-    parts.join("/")
-}
+pub use sysfs::fixture::relative;
 
 pub const MTTY: &str = "/sys/devices/virtual/mtty/mtty";
 pub const T4: &str = "/sys/devices/pci0000:00/0000:00:03.0/0000:3b:00.0";
@@ -122,112 +111,4 @@ pub fn add_mdev(tree: &Tree, parent: &str, ty: &str, uuid: &str, group: Option<u
     link_in(tree, &format!("/sys/bus/mdev/devices/{uuid}"), &dev);
 }
 
-type Hook = Box<dyn Fn(&Path, &str) + Send + Sync>;
-
-/// The fixture's sysfs with a log of writes, injected errors, and a hook run after each
-/// successful write (to play the kernel's part where a test needs it, e.g. the driver link
-/// changing after `drivers_probe`).
-pub struct Probe {
-    inner: RealSysfs,
-    writes: Mutex<Vec<(PathBuf, String)>>,
-    write_errors: Mutex<Vec<(PathBuf, i32)>>,
-    denied: Mutex<Vec<PathBuf>>,
-    hook: Option<Hook>,
-}
-
-impl std::fmt::Debug for Probe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Probe")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Probe {
-    pub fn new(inner: RealSysfs) -> Self {
-        Self {
-            inner,
-            writes: Mutex::default(),
-            write_errors: Mutex::default(),
-            denied: Mutex::default(),
-            hook: None,
-        }
-    }
-
-    pub fn on_write(mut self, hook: impl Fn(&Path, &str) + Send + Sync + 'static) -> Self {
-        self.hook = Some(Box::new(hook));
-        self
-    }
-
-    /// The next writes to `path` fail with `errno`.
-    pub fn fail_write(&self, path: &str, errno: i32) -> &Self {
-        self.write_errors
-            .lock()
-            .unwrap()
-            .push((PathBuf::from(path), errno));
-        self
-    }
-
-    /// Reads, links and listings of `path` and everything below it fail with EACCES, as for a
-    /// directory without read and search permission.
-    pub fn deny(&self, path: &str) -> &Self {
-        self.denied.lock().unwrap().push(PathBuf::from(path));
-        self
-    }
-
-    /// The writes so far: (host path, value).
-    pub fn writes(&self) -> Vec<(String, String)> {
-        let log = self.writes.lock().unwrap();
-        log.iter()
-            .map(|(p, v)| (p.display().to_string(), v.clone()))
-            .collect()
-    }
-
-    fn check_denied(&self, op: Op, path: &Path) -> Result<(), SysfsError> {
-        let denied = self.denied.lock().unwrap();
-        if denied.iter().any(|d| path.starts_with(d)) {
-            return Err(SysfsError::errno_of(op, path, libc::EACCES));
-        }
-        Ok(())
-    }
-}
-
-impl Sysfs for Probe {
-    fn read(&self, path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-        self.check_denied(Op::Read, path)?;
-        self.inner.read(path, limit)
-    }
-    fn write(&self, path: &Path, data: &[u8]) -> Result<(), SysfsError> {
-        let value = String::from_utf8_lossy(data).into_owned();
-        self.writes
-            .lock()
-            .unwrap()
-            .push((path.to_owned(), value.clone()));
-        let injected = self
-            .write_errors
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(p, _)| p == path)
-            .map(|e| e.1);
-        if let Some(errno) = injected {
-            return Err(SysfsError::errno_of(Op::Write, path, errno));
-        }
-        self.inner.write(path, data)?;
-        if let Some(hook) = &self.hook {
-            hook(path, &value);
-        }
-        Ok(())
-    }
-    fn read_link(&self, path: &Path) -> Result<PathBuf, SysfsError> {
-        self.check_denied(Op::ReadLink, path)?;
-        self.inner.read_link(path)
-    }
-    fn list_dir(&self, path: &Path) -> Result<Vec<OsString>, SysfsError> {
-        self.check_denied(Op::ListDir, path)?;
-        self.inner.list_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.inner.exists(path)
-    }
-}
+pub use sysfs::fixture::Probe;
