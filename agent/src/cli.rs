@@ -100,7 +100,8 @@ pub enum SimCommand {
         state_dir: PathBuf,
         /// The fault, e.g. `write:/sys/bus/pci/devices/0000:07:00.0/sriov_numvfs=EBUSY`.
         spec: String,
-        /// Fire this many times, then disappear (default: until cleared).
+        /// Fire this many times, then disappear (overrides `,times=N` in the spec; default: until
+        /// cleared).
         #[arg(long)]
         times: Option<u32>,
     },
@@ -218,7 +219,9 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
             times,
         } => {
             let mut fault: sim::Fault = spec.parse().context("parsing the fault")?;
-            fault.times = times;
+            if times.is_some() {
+                fault.times = times;
+            }
             open_dir(&state_dir)?.inject_fault(fault)?;
             Ok(())
         }
