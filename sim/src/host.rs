@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ids::{MdevUuid, PciAddress};
+use ids::{MdevParentName, MdevUuid, PciAddress};
 
 use crate::SimError;
 use crate::amd_view::SimAmd;
@@ -211,7 +211,8 @@ impl SimHost {
             present_gpu(st, gpu)?;
             st.pci
                 .retain(|a, p| *a != gpu && p.vf.as_ref().is_none_or(|v| v.pf != gpu));
-            st.mdevs.retain(|_, m| m.parent != gpu);
+            let parent = MdevParentName::from(gpu);
+            st.mdevs.retain(|_, m| m.parent != parent);
             if let Some(g) = st.gpus.get_mut(&gpu) {
                 g.gis.clear();
             }
@@ -278,7 +279,8 @@ impl SimHost {
             if model.mig.is_none() {
                 return Err(SimError::NotMigCapable(gpu));
             }
-            let busy = st.mdevs.values().any(|m| m.parent == gpu)
+            let parent = MdevParentName::from(gpu);
+            let busy = st.mdevs.values().any(|m| m.parent == parent)
                 || st
                     .vfs_of(gpu)
                     .iter()

@@ -7,9 +7,10 @@
 //! without a store method fails with `EACCES` (kernfs refuses the open); removing a device a VM
 //! holds open fails with `EBUSY` (the kernel would block until the VM lets go).
 
-use ids::{MdevTypeId, MdevUuid, PciAddress};
+use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
 use libc::{EBUSY, EEXIST, EINVAL, ENODEV, ENOENT, ERANGE};
 
+use crate::mdev;
 use crate::mig::MigFamily;
 use crate::profile::{GpuModel, VgpuTypeSpec, vf_address};
 use crate::state::{Hw, MdevState, PciState, State, VFIO_PCI, VfState};
@@ -149,14 +150,16 @@ fn detach(state: &mut State, hw: &Hw, addr: PciAddress) {
     if was_default {
         // The vendor driver unregisters its mdev parent, and PF drivers disable SR-IOV on
         // remove (`pci_disable_sriov` in their remove path).
-        state.mdevs.retain(|_, m| m.parent != addr);
+        let parent = MdevParentName::from(addr);
+        state.mdevs.retain(|_, m| m.parent != parent);
         remove_vfs(state, addr);
     }
 }
 
 /// Refuses to take a device away from a VM.
 fn check_release(state: &State, addr: PciAddress) -> Result<(), Errno> {
-    let open_mdev = state.mdevs.values().any(|m| m.parent == addr && m.open);
+    let parent = MdevParentName::from(addr);
+    let open_mdev = state.mdevs.values().any(|m| m.parent == parent && m.open);
     let open_vf = state.vfs_of(addr).iter().any(|(_, v)| v.open);
     let open_self = state.pci.get(&addr).is_some_and(|p| p.open);
     if open_self || open_mdev || open_vf {
@@ -187,8 +190,7 @@ pub(crate) fn set_num_vfs(
     n: u32,
     partial: Option<u32>,
 ) -> Result<(), Errno> {
-    let (_, model) = state.gpu(pf).ok_or(ENOENT)?;
-    let sriov = model.sriov.as_ref().ok_or(ENOENT)?;
+    let sriov = state.profile.sriov_of(pf).ok_or(ENOENT)?;
     if n > sriov.total_vfs {
         return Err(ERANGE);
     }
@@ -234,8 +236,7 @@ pub(crate) fn amd_vfs_allowed(state: &State, pf: PciAddress) -> Option<u32> {
 /// Creates `n` VFs: addresses from offset/stride, one new IOMMU group each, bound to the VF
 /// driver (`sriov_drivers_autoprobe` is on).
 pub(crate) fn enable_vfs(state: &mut State, hw: &Hw, pf: PciAddress, n: u32) -> Result<(), Errno> {
-    let (_, model) = state.gpu(pf).ok_or(ENOENT)?;
-    let sriov = model.sriov.clone().ok_or(ENOENT)?;
+    let sriov = state.profile.sriov_of(pf).cloned().ok_or(ENOENT)?;
     for index in 0..n {
         let addr = vf_address(pf, &sriov, index).ok_or(EINVAL)?;
         let group = state.free_group(hw);
@@ -281,35 +282,13 @@ fn parse_u16(s: &str) -> Option<u16> {
     }
 }
 
-/// Instances of an mdev type its parent could still create (`available_instances`). NVIDIA
-/// GPUs are homogeneous: once one type has a device, every other type reads 0.
-pub(crate) fn mdev_available(state: &State, parent: PciAddress, type_id: &MdevTypeId) -> u32 {
-    let Some((_, model)) = state.gpu(parent) else {
-        return 0;
-    };
-    let Some(t) = model.mdev_types.iter().find(|t| &t.id == type_id) else {
-        return 0;
-    };
-    let fb = model.vgpu_framebuffer_mib.unwrap_or(model.memory_mib);
-    let by_fb = u32::try_from(fb / t.framebuffer_mib.max(1)).unwrap_or(u32::MAX);
-    let capacity = t.max_instances.map_or(by_fb, |m| m.min(by_fb));
-    let on_parent: Vec<&MdevState> = state
-        .mdevs
-        .values()
-        .filter(|m| m.parent == parent)
-        .collect();
-    if on_parent.iter().any(|m| &m.type_id != type_id) {
-        return 0;
-    }
-    capacity.saturating_sub(on_parent.len() as u32)
-}
-
-/// `<type>/create`: EINVAL for a malformed UUID or no instance left (NVIDIA's and the sample
-/// drivers' answer), EEXIST for a UUID any parent already uses.
+/// `<type>/create`: EINVAL for a malformed UUID, EEXIST for a UUID any parent already uses,
+/// then the parent's capacity model decides ([`crate::mdev`]: EINVAL on NVIDIA, ENOSPC from
+/// the samples' pools, EUSERS from the mdev core's own count).
 pub(crate) fn write_mdev_create(
     state: &mut State,
     hw: &Hw,
-    parent: PciAddress,
+    parent: &MdevParentName,
     type_id: &MdevTypeId,
     data: &[u8],
 ) -> Result<(), Errno> {
@@ -321,14 +300,15 @@ pub(crate) fn write_mdev_create(
     if state.mdevs.contains_key(&uuid) {
         return Err(EEXIST);
     }
-    if mdev_available(state, parent, type_id) == 0 {
-        return Err(EINVAL);
+    let rule = mdev::parent(state, parent).ok_or(ENODEV)?;
+    if mdev::available(state, parent, type_id) == 0 {
+        return Err(rule.exhausted_errno());
     }
     let group = state.free_group(hw);
     state.mdevs.insert(
         uuid,
         MdevState {
-            parent,
+            parent: parent.clone(),
             type_id: type_id.clone(),
             iommu_group: group,
             open: false,

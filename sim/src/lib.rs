@@ -21,6 +21,7 @@ mod error;
 pub mod fault;
 mod host;
 mod kernel;
+mod mdev;
 mod mig;
 mod nvml_view;
 mod profile;
@@ -38,7 +39,7 @@ pub use host::{SimHost, VfioDevice};
 pub use mig::MigFamily;
 pub use nvml_view::SimNvml;
 pub use profile::{
-    AmdSpec, BridgeSpec, DeviceSpec, GpuModel, GpuSpec, MdevTypeSpec, NumaNodeSpec, Profile,
-    SriovSpec, VgpuTypeSpec,
+    AmdSpec, BridgeSpec, DeviceSpec, GpuModel, GpuSpec, MdevCapacity, MdevParentSpec,
+    MdevParentTypeSpec, MdevTypeSpec, NumaNodeSpec, Profile, SriovSpec, VgpuTypeSpec,
 };
 pub use sysfs_view::SimSysfs;

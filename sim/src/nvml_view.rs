@@ -162,7 +162,7 @@ fn fb_used(state: &State, addr: PciAddress, model: &GpuModel) -> u64 {
     let mdevs: u64 = state
         .mdevs
         .values()
-        .filter(|m| m.parent == addr)
+        .filter(|m| m.parent.pci_address() == Some(addr))
         .filter_map(|m| model.mdev_types.iter().find(|t| t.id == m.type_id))
         .map(|t| t.framebuffer_mib)
         .sum();

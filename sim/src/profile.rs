@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use ids::{MdevTypeId, MigProfileName, PciAddress, PciDeviceId, PciVendorId};
+use ids::{MdevParentName, MdevTypeId, MigProfileName, PciAddress, PciDeviceId, PciVendorId};
 use serde::{Deserialize, Serialize};
 
 use crate::SimError;
@@ -44,6 +44,10 @@ pub struct Profile {
     /// Other PCI functions (NICs, NVMe, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceSpec>,
+    /// mdev parents other than NVIDIA GPUs: the kernel's sample drivers (`mtty`, `mdpy`,
+    /// `mbochs`) under `/sys/devices/virtual`, or PCI functions of the profile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mdev_parents: Vec<MdevParentSpec>,
 }
 
 fn default_driver_version() -> String {
@@ -80,14 +84,24 @@ pub struct BridgeSpec {
     pub vendor: PciVendorId,
     /// Device id.
     pub device: PciDeviceId,
+    /// PCI class (default `0x060400`, a PCI-to-PCI bridge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// NUMA node sysfs reports (-1 for none).
     pub numa_node: i32,
-    /// Driver (default `pcieport`).
+    /// Driver (default `pcieport`; `""` for none, as for a conventional PCI bridge).
     #[serde(default = "default_bridge_driver")]
     pub driver: String,
     /// IOMMU group (default: assigned in address order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iommu_group: Option<u32>,
+}
+
+impl BridgeSpec {
+    /// The driver bound at boot; none for an empty name.
+    pub(crate) fn boot_driver(&self) -> Option<String> {
+        (!self.driver.is_empty()).then(|| self.driver.clone())
+    }
 }
 
 fn default_bridge_driver() -> String {
@@ -299,6 +313,12 @@ pub struct DeviceSpec {
     pub vendor: PciVendorId,
     /// Device id.
     pub device: PciDeviceId,
+    /// Subsystem vendor id (default: the vendor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsystem_vendor: Option<PciVendorId>,
+    /// Subsystem device id (default: `0000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subsystem_device: Option<PciDeviceId>,
     /// PCI class (`0x020000`).
     pub class: String,
     /// Default driver.
@@ -316,6 +336,82 @@ pub struct DeviceSpec {
     /// Link width.
     #[serde(default = "default_link_width")]
     pub link_width: u32,
+    /// SR-IOV capability (a NIC's VFs behave exactly like a GPU's at the sysfs level).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sriov: Option<SriovSpec>,
+}
+
+/// An mdev parent that is not an NVIDIA GPU (whose types live in its model).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdevParentSpec {
+    /// The name under `/sys/class/mdev_bus`: `mtty`, or the address of a device of the profile.
+    pub name: MdevParentName,
+    /// The parent device's directory, for a parent that is not a PCI function (default
+    /// `/sys/devices/virtual/<name>/<name>`, where the kernel's samples register theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_path: Option<String>,
+    /// How the types share the parent's capacity.
+    pub capacity: MdevCapacity,
+    /// The types under `mdev_supported_types`.
+    pub types: Vec<MdevParentTypeSpec>,
+}
+
+/// How the types of an mdev parent share its capacity. NVIDIA GPUs (types in the GPU model)
+/// follow a fourth rule, homogeneous: one type at a time, each limited by framebuffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MdevCapacity {
+    /// A pool of this many units (mtty: 24 ports; mbochs: MiB of video memory); a device of a
+    /// type takes the type's `cost`, `available_instances` is free units / cost, and a create
+    /// that does not fit fails in the driver's probe with `ENOSPC`.
+    Pool(u32),
+    /// The mdev core's own count (a driver with `max_instances` and no `get_available`, like
+    /// mdpy): every type shows the same remaining count; at 0 the core refuses with `EUSERS`.
+    Instances(u32),
+    /// Each type has its own `max_instances`, independent of the others; exhausted → `EINVAL`.
+    PerType,
+}
+
+/// A type of an [`MdevParentSpec`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdevParentTypeSpec {
+    /// Type id (`mtty-2`).
+    pub id: MdevTypeId,
+    /// `name` contents (`Dual port serial`).
+    pub name: String,
+    /// `description` contents; none leaves the file out, as drivers without one do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `device_api` (default `vfio-pci`).
+    #[serde(default = "default_device_api")]
+    pub device_api: String,
+    /// Units of a `pool` one device takes (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u32>,
+    /// Most devices of this type, for `per-type` capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
+}
+
+fn default_device_api() -> String {
+    "vfio-pci".to_owned()
+}
+
+impl MdevParentSpec {
+    /// The parent's device directory: the PCI function's for a PCI parent (`None` here; the
+    /// caller knows PCI directories), else `device_path` or the samples' default.
+    pub(crate) fn virtual_dir(&self) -> Option<String> {
+        if self.name.pci_address().is_some() {
+            return None;
+        }
+        Some(
+            self.device_path
+                .clone()
+                .unwrap_or_else(|| format!("/sys/devices/virtual/{0}/{0}", self.name.as_str())),
+        )
+    }
 }
 
 const BUILTIN: &[(&str, &str)] = &[
@@ -393,13 +489,92 @@ impl Profile {
                 .map(|_| ())
                 .or_else(|r| bad(format!("device {}: {r}", dev.address)))?;
         }
+        for dev in &self.devices {
+            if let Some(s) = &dev.sriov {
+                validate_sriov(s).or_else(|r| bad(format!("device {}: {r}", dev.address)))?;
+            }
+        }
         for b in &self.bridges {
-            check_driver_name(Some(&b.driver))
+            check_driver_name(b.boot_driver().as_deref())
                 .or_else(|r| bad(format!("bridge {}: {r}", b.address)))?;
             self.check_node(Some(b.numa_node))
                 .or_else(|r| bad(format!("bridge {}: {r}", b.address)))?;
+            if let Some(c) = &b.class {
+                parse_class(c)
+                    .map(|_| ())
+                    .or_else(|r| bad(format!("bridge {}: {r}", b.address)))?;
+            }
+        }
+        self.validate_mdev_parents().or_else(bad)?;
+        Ok(())
+    }
+
+    fn validate_mdev_parents(&self) -> Result<(), String> {
+        let mut names = BTreeSet::new();
+        let mut dirs = BTreeSet::new();
+        for p in &self.mdev_parents {
+            let what = format!("mdev parent {}", p.name);
+            if !names.insert(p.name.clone()) {
+                return Err(format!("{what} is listed twice"));
+            }
+            match p.name.pci_address() {
+                Some(addr) => self
+                    .check_pci_parent(addr, p)
+                    .map_err(|r| format!("{what}: {r}"))?,
+                None => {
+                    let dir = p.virtual_dir().unwrap_or_default();
+                    check_virtual_dir(&dir).map_err(|r| format!("{what}: {r}"))?;
+                    if !dirs.insert(dir.clone()) {
+                        return Err(format!("{what}: device path {dir} is used twice"));
+                    }
+                }
+            }
+            validate_parent_types(p).map_err(|r| format!("{what}: {r}"))?;
         }
         Ok(())
+    }
+
+    fn check_pci_parent(&self, addr: PciAddress, p: &MdevParentSpec) -> Result<(), String> {
+        if p.device_path.is_some() {
+            return Err("a PCI parent's directory is its device's: leave device_path out".into());
+        }
+        let device = self.devices.iter().any(|d| d.address == addr);
+        let gpu = self.gpus.iter().find(|g| g.address == addr);
+        if gpu
+            .and_then(|g| self.model_of(g))
+            .is_some_and(|m| !m.mdev_types.is_empty())
+        {
+            return Err("the GPU's model already has mdev types".into());
+        }
+        if device || gpu.is_some() {
+            Ok(())
+        } else {
+            Err("no device or GPU of the profile has this address".into())
+        }
+    }
+
+    /// The SR-IOV capability of a physical function of the profile (GPU or other device).
+    pub(crate) fn sriov_of(&self, pf: PciAddress) -> Option<&SriovSpec> {
+        if let Some((_, model)) = self.gpu(pf) {
+            return model.sriov.as_ref();
+        }
+        self.devices
+            .iter()
+            .find(|d| d.address == pf)
+            .and_then(|d| d.sriov.as_ref())
+    }
+
+    /// Every physical function with SR-IOV, with its capability.
+    pub(crate) fn sriov_pfs(&self) -> Vec<(PciAddress, &SriovSpec)> {
+        let gpus = self
+            .gpus
+            .iter()
+            .filter_map(|g| Some((g.address, self.model_of(g)?.sriov.as_ref()?)));
+        let devices = self
+            .devices
+            .iter()
+            .filter_map(|d| Some((d.address, d.sriov.as_ref()?)));
+        gpus.chain(devices).collect()
     }
 
     fn validate_numa(&self) -> Result<(), String> {
@@ -455,12 +630,11 @@ impl Profile {
         }
         for g in &self.gpus {
             claim(g.address, "GPU")?;
-            let Some(sriov) = self.model_of(g).and_then(|m| m.sriov.as_ref()) else {
-                continue;
-            };
+        }
+        for (pf, sriov) in self.sriov_pfs() {
             for i in 0..sriov.total_vfs {
-                let vf = vf_address(g.address, sriov, i)
-                    .ok_or_else(|| format!("VF {i} of {} has no valid address", g.address))?;
+                let vf = vf_address(pf, sriov, i)
+                    .ok_or_else(|| format!("VF {i} of {pf} has no valid address"))?;
                 claim(vf, "VF")?;
             }
         }
@@ -534,13 +708,7 @@ fn validate_model(m: &GpuModel) -> Result<(), String> {
         return Err("memory_mib must be positive".into());
     }
     if let Some(s) = &m.sriov {
-        check_driver_name(s.vf_driver.as_deref())?;
-        if s.total_vfs == 0 || s.stride == 0 || s.offset == 0 || s.boot_vfs > s.total_vfs {
-            return Err(
-                "SR-IOV needs total_vfs, offset and stride above 0 and boot_vfs <= total_vfs"
-                    .into(),
-            );
-        }
+        validate_sriov(s)?;
     }
     if !m.vgpu_types.is_empty() && (!nvidia || m.sriov.is_none()) {
         return Err("vendor-VFIO vGPU types need an NVIDIA GPU with SR-IOV".into());
@@ -587,6 +755,63 @@ fn validate_model(m: &GpuModel) -> Result<(), String> {
             .any(|x| x.is_empty() || x.contains([',', ' ', '\n']))
         {
             return Err("partition mode names must be single words".into());
+        }
+    }
+    Ok(())
+}
+
+fn validate_sriov(s: &SriovSpec) -> Result<(), String> {
+    check_driver_name(s.vf_driver.as_deref())?;
+    if s.total_vfs == 0 || s.stride == 0 || s.offset == 0 || s.boot_vfs > s.total_vfs {
+        return Err(
+            "SR-IOV needs total_vfs, offset and stride above 0 and boot_vfs <= total_vfs".into(),
+        );
+    }
+    Ok(())
+}
+
+/// A virtual parent's directory must be a plain absolute path under `/sys/devices`, outside
+/// the PCI hierarchy the simulator renders.
+fn check_virtual_dir(dir: &str) -> Result<(), String> {
+    let rest = dir.strip_prefix("/sys/devices/").unwrap_or("");
+    let plain = !rest.is_empty()
+        && rest
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && c.len() <= 255);
+    if !plain || rest.starts_with("pci") || rest.starts_with("system/") {
+        return Err(format!(
+            "device path {dir:?} must be a normalised path under /sys/devices outside pci* and system"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_parent_types(p: &MdevParentSpec) -> Result<(), String> {
+    if p.types.is_empty() {
+        return Err("it needs at least one type".into());
+    }
+    let mut ids = BTreeSet::new();
+    for t in &p.types {
+        if !ids.insert(t.id.clone()) {
+            return Err(format!("type {} is listed twice", t.id));
+        }
+        if t.name.contains('\n') || t.device_api.is_empty() || t.device_api.contains('\n') {
+            return Err(format!(
+                "type {}: name and device_api must be one line",
+                t.id
+            ));
+        }
+        match p.capacity {
+            MdevCapacity::Pool(_) if t.cost == Some(0) => {
+                return Err(format!("type {}: a pool cost must be at least 1", t.id));
+            }
+            MdevCapacity::PerType if t.max_instances.is_none() => {
+                return Err(format!(
+                    "type {}: per-type capacity needs max_instances",
+                    t.id
+                ));
+            }
+            _ => {}
         }
     }
     Ok(())

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use gpu::Placement;
-use ids::{MdevTypeId, MdevUuid, PciAddress, PciDeviceId, PciVendorId};
+use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress, PciDeviceId, PciVendorId};
 use serde::{Deserialize, Serialize};
 
 use crate::fault::{Access, Fault, FaultAction};
@@ -117,7 +117,7 @@ pub(crate) struct CiState {
 /// An mdev device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct MdevState {
-    pub parent: PciAddress,
+    pub parent: MdevParentName,
     pub type_id: MdevTypeId,
     pub iommu_group: u32,
     pub open: bool,
@@ -209,10 +209,14 @@ impl Hw {
                     device: b.device,
                     subsystem_vendor: b.vendor,
                     subsystem_device: PciDeviceId(0),
-                    class: 0x060400,
+                    class: b
+                        .class
+                        .as_deref()
+                        .and_then(|c| parse_class(c).ok())
+                        .unwrap_or(0x060400),
                     numa_node: b.numa_node,
                     near_node: None,
-                    driver: Some(b.driver.clone()),
+                    driver: b.boot_driver(),
                     iommu_group: 0,
                     link_speed: "16.0 GT/s PCIe".to_owned(),
                     link_width: 16,
@@ -248,8 +252,8 @@ impl Hw {
                 HwDev {
                     vendor: d.vendor,
                     device: d.device,
-                    subsystem_vendor: d.vendor,
-                    subsystem_device: PciDeviceId(0),
+                    subsystem_vendor: d.subsystem_vendor.unwrap_or(d.vendor),
+                    subsystem_device: d.subsystem_device.unwrap_or(PciDeviceId(0)),
                     class: parse_class(&d.class).unwrap_or(0),
                     numa_node: node_of(d.numa_node, d.parent),
                     near_node: None,
@@ -416,12 +420,10 @@ impl State {
     fn run_boot_services(&mut self, hw: &Hw) {
         let enables: Vec<(PciAddress, u32)> = self
             .profile
-            .gpus
-            .iter()
-            .filter_map(|g| {
-                let n = self.profile.model_of(g)?.sriov.as_ref()?.boot_vfs;
-                (n > 0 && self.pci.contains_key(&g.address)).then_some((g.address, n))
-            })
+            .sriov_pfs()
+            .into_iter()
+            .filter(|(pf, s)| s.boot_vfs > 0 && self.pci.contains_key(pf))
+            .map(|(pf, s)| (pf, s.boot_vfs))
             .collect();
         for (pf, n) in enables {
             // A refusal here (no driver bound, say) leaves the GPU without VFs, as a failed
@@ -450,7 +452,7 @@ impl State {
     /// The driver a function binds to without an override.
     pub(crate) fn default_driver(&self, hw: &Hw, addr: PciAddress) -> Option<String> {
         match self.pci.get(&addr).and_then(|p| p.vf.as_ref()) {
-            Some(vf) => self.gpu(vf.pf)?.1.sriov.as_ref()?.vf_driver.clone(),
+            Some(vf) => self.profile.sriov_of(vf.pf)?.vf_driver.clone(),
             None => hw.devices.get(&addr)?.driver.clone(),
         }
     }
@@ -462,8 +464,8 @@ impl State {
             .values()
             .filter_map(|d| d.driver.clone())
             .collect();
-        for m in self.profile.models.values() {
-            set.extend(m.sriov.as_ref().and_then(|s| s.vf_driver.clone()));
+        for (_, s) in self.profile.sriov_pfs() {
+            set.extend(s.vf_driver.clone());
         }
         set.insert(VFIO_PCI.to_owned());
         set
@@ -505,9 +507,11 @@ impl State {
         g
     }
 
-    /// PFs that are mdev parents now: a GPU with mdev types bound to its default driver.
-    pub(crate) fn mdev_parents(&self, hw: &Hw) -> Vec<PciAddress> {
-        self.profile
+    /// The mdev parents registered now: a PCI parent while bound to its default driver (the
+    /// vendor driver registers it), a virtual one (a loaded sample module) always.
+    pub(crate) fn mdev_parents(&self, hw: &Hw) -> Vec<MdevParentName> {
+        let gpus = self
+            .profile
             .gpus
             .iter()
             .filter(|g| {
@@ -515,8 +519,13 @@ impl State {
                     .model_of(g)
                     .is_some_and(|m| !m.mdev_types.is_empty())
             })
-            .filter(|g| self.bound_to_default(hw, g.address))
-            .map(|g| g.address)
+            .map(|g| MdevParentName::from(g.address));
+        let others = self.profile.mdev_parents.iter().map(|p| p.name.clone());
+        gpus.chain(others)
+            .filter(|name| {
+                name.pci_address()
+                    .is_none_or(|addr| self.bound_to_default(hw, addr))
+            })
             .collect()
     }
 

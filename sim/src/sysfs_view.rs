@@ -242,7 +242,7 @@ fn apply(
         Store::Bind(d) => kernel::write_bind(st, hw, d, data),
         Store::Unbind(d) => kernel::write_unbind(st, hw, d, data),
         Store::DriversProbe => kernel::write_drivers_probe(st, hw, data),
-        Store::MdevCreate(parent, ty) => kernel::write_mdev_create(st, hw, *parent, ty, data),
+        Store::MdevCreate(parent, ty) => kernel::write_mdev_create(st, hw, parent, ty, data),
         Store::MdevRemove(uuid) => kernel::write_mdev_remove(st, *uuid, data),
         Store::VgpuType(vf) => kernel::write_current_vgpu_type(st, *vf, data),
         Store::Partition(gpu, axis) => kernel::write_partition(st, *gpu, *axis, data),

@@ -6,9 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use ids::{MdevTypeId, MdevUuid, PciAddress};
+use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
 
 use crate::kernel::{self, PartitionAxis};
+use crate::mdev;
 use crate::state::{Hw, HwDev, State};
 use crate::util::{format_cpulist, relative_link};
 
@@ -20,7 +21,7 @@ pub(crate) enum Store {
     Bind(String),
     Unbind(String),
     DriversProbe,
-    MdevCreate(PciAddress, MdevTypeId),
+    MdevCreate(MdevParentName, MdevTypeId),
     MdevRemove(MdevUuid),
     VgpuType(PciAddress),
     Partition(PciAddress, PartitionAxis),
@@ -222,7 +223,7 @@ fn identity(state: &State, hw: &Hw, addr: PciAddress) -> Option<HwDev> {
         None => hw.devices.get(&addr).cloned(),
         Some(vf) => {
             let mut d = hw.devices.get(&vf.pf)?.clone();
-            let sriov = state.gpu(vf.pf)?.1.sriov.as_ref()?;
+            let sriov = state.profile.sriov_of(vf.pf)?;
             d.device = sriov.vf_device.unwrap_or(d.device);
             Some(d)
         }
@@ -324,10 +325,8 @@ fn render_pf_extras(
     dir: &str,
     dirs: &BTreeMap<PciAddress, String>,
 ) {
-    let Some((_, model)) = state.gpu(addr) else {
-        return;
-    };
-    if let Some(s) = &model.sriov {
+    if let Some(s) = state.profile.sriov_of(addr) {
+        let pf_device = hw.devices.get(&addr).map(|d| d.device);
         let vfs = state.vfs_of(addr);
         t.ro(
             &format!("{dir}/sriov_totalvfs"),
@@ -342,7 +341,10 @@ fn render_pf_extras(
         t.ro(&format!("{dir}/sriov_stride"), format!("{}\n", s.stride));
         t.ro(
             &format!("{dir}/sriov_vf_device"),
-            format!("{}\n", s.vf_device.unwrap_or(model.device)),
+            format!(
+                "{}\n",
+                s.vf_device.or(pf_device).unwrap_or(ids::PciDeviceId(0))
+            ),
         );
         t.ro(&format!("{dir}/sriov_drivers_autoprobe"), "1\n");
         for (vf_addr, vf) in &vfs {
@@ -352,6 +354,9 @@ fn render_pf_extras(
             t.link(&format!("{dir}/virtfn{}", v.index), target);
         }
     }
+    let Some((_, model)) = state.gpu(addr) else {
+        return;
+    };
     if let (Some(amd), Some(g)) = (&model.amd, state.gpus.get(&addr))
         && state.bound_to_default(hw, addr)
     {
@@ -434,7 +439,7 @@ fn render_groups(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddres
         t.ro(&format!("{g}/type"), "DMA\n");
     }
     for (uuid, m) in &state.mdevs {
-        let Some(parent) = dirs.get(&m.parent) else {
+        let Some(parent) = parent_dir(state, dirs, &m.parent) else {
             continue;
         };
         let g = format!("/sys/kernel/iommu_groups/{}", m.iommu_group);
@@ -448,41 +453,63 @@ fn render_groups(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddres
     }
 }
 
+/// The directory of an mdev parent: its PCI function's, or its virtual device's.
+fn parent_dir(
+    state: &State,
+    dirs: &BTreeMap<PciAddress, String>,
+    name: &MdevParentName,
+) -> Option<String> {
+    match name.pci_address() {
+        Some(addr) => dirs.get(&addr).cloned(),
+        None => state
+            .profile
+            .mdev_parents
+            .iter()
+            .find(|p| &p.name == name)
+            .and_then(|p| p.virtual_dir()),
+    }
+}
+
 fn render_mdev(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {
-    let mdev_capable = state
-        .profile
-        .models
-        .values()
-        .any(|m| !m.mdev_types.is_empty());
+    let mdev_capable = !state.profile.mdev_parents.is_empty()
+        || state
+            .profile
+            .models
+            .values()
+            .any(|m| !m.mdev_types.is_empty());
     if !mdev_capable {
         return;
     }
     t.dir("/sys/class/mdev_bus");
     t.dir("/sys/bus/mdev/devices");
-    for parent in state.mdev_parents(hw) {
-        let (Some(dir), Some((_, model))) = (dirs.get(&parent), state.gpu(parent)) else {
+    for name in state.mdev_parents(hw) {
+        let (Some(dir), Some(parent)) =
+            (parent_dir(state, dirs, &name), mdev::parent(state, &name))
+        else {
             continue;
         };
-        t.link(&format!("/sys/class/mdev_bus/{parent}"), dir);
-        for ty in &model.mdev_types {
+        t.link(&format!("/sys/class/mdev_bus/{name}"), &dir);
+        for ty in parent.types() {
             let tdir = format!("{dir}/mdev_supported_types/{}", ty.id);
             t.ro(&format!("{tdir}/name"), format!("{}\n", ty.name));
+            if let Some(d) = &ty.description {
+                t.ro(&format!("{tdir}/description"), format!("{d}\n"));
+            }
             t.ro(
-                &format!("{tdir}/description"),
-                format!("{}\n", ty.description),
+                &format!("{tdir}/device_api"),
+                format!("{}\n", ty.device_api),
             );
-            t.ro(&format!("{tdir}/device_api"), "vfio-pci\n");
-            let avail = kernel::mdev_available(state, parent, &ty.id);
+            let avail = mdev::available(state, &name, &ty.id);
             t.ro(&format!("{tdir}/available_instances"), format!("{avail}\n"));
             t.wo(
                 &format!("{tdir}/create"),
-                Store::MdevCreate(parent, ty.id.clone()),
+                Store::MdevCreate(name.clone(), ty.id.clone()),
             );
             t.dir(&format!("{tdir}/devices"));
         }
     }
     for (uuid, m) in &state.mdevs {
-        let Some(parent_dir) = dirs.get(&m.parent) else {
+        let Some(parent_dir) = parent_dir(state, dirs, &m.parent) else {
             continue;
         };
         let mdir = format!("{parent_dir}/{uuid}");
