@@ -1,0 +1,3 @@
+//! `vgpud-bench`: benchmarks as a program (work in progress).
+
+fn main() {}

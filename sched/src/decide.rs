@@ -1,0 +1,777 @@
+//! Candidate enumeration, policies and the decision with its explanation.
+
+use std::cmp::Ordering;
+
+use ids::{NumaNodeId, PciAddress};
+use serde::{Deserialize, Serialize};
+
+use crate::cap::Cap;
+use crate::error::SchedError;
+use crate::frag::{HostCaps, Workload, host_frag};
+use crate::model::{
+    AffinityRule, AffinityScope, GPU_UNITS, GpuMode, GpuState, LinkPolicy, NumaPolicy, Placement,
+    Request, SliceChoice, SliceRequest, Snapshot,
+};
+
+/// Weights of the source design's `spread` rule: `utilisation × (1 − occupancy) + locality ×
+/// local`, highest wins.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpreadWeights {
+    /// Weight of the free share of the GPU (0.7 in the source design).
+    pub utilisation: f64,
+    /// Weight of NUMA locality (0.3 in the source design).
+    pub locality: f64,
+}
+
+impl Default for SpreadWeights {
+    fn default() -> Self {
+        Self {
+            utilisation: 0.7,
+            locality: 0.3,
+        }
+    }
+}
+
+/// A placement policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// The first GPU (snapshot order) and first slot that fit.
+    FirstFit,
+    /// The GPU left with the least free capacity after placement.
+    BestFit,
+    /// The source design's formula, kept so operators can compare.
+    Spread(SpreadWeights),
+    /// The default: NUMA-local first, then least expected fragmentation added (see the crate
+    /// docs), then best fit.
+    FragAware(Workload),
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::FragAware(Workload::default())
+    }
+}
+
+impl Policy {
+    /// Short name for tables and explanations.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::FirstFit => "first-fit",
+            Policy::BestFit => "best-fit",
+            Policy::Spread(_) => "spread",
+            Policy::FragAware(_) => "vgpud",
+        }
+    }
+}
+
+/// One candidate the scheduler considered, with its score components.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateScore {
+    /// GPU(s) and slices of the candidate.
+    pub placements: Vec<Placement>,
+    /// NUMA node that would host the VM's CPUs and memory.
+    pub numa_node: Option<NumaNodeId>,
+    /// Whether every GPU of the candidate is on that NUMA node.
+    pub numa_local: bool,
+    /// Whether every pair of GPUs is NVLink-connected (true for single-GPU candidates).
+    pub nvlink_connected: bool,
+    /// Soft affinity or anti-affinity rules the candidate breaks.
+    pub soft_violations: u32,
+    /// Expected fragmentation the candidate adds, in GPUs (fragmentation-aware policy only).
+    pub frag_added: Option<f64>,
+    /// Free capacity left on the chosen GPU(s) afterwards, in GPUs.
+    pub free_after: f64,
+    /// Mean occupancy of the chosen GPU(s) before placement, 0 to 1.
+    pub occupancy: f64,
+    /// The policy's scalar score when it has one (spread), for display.
+    pub score: Option<f64>,
+    /// Whether this candidate was chosen.
+    pub chosen: bool,
+}
+
+/// Why one GPU is not a candidate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuVerdict {
+    /// The GPU.
+    pub gpu: PciAddress,
+    /// Why it was left out.
+    pub reason: String,
+}
+
+/// Everything the scheduler looked at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// Policy name.
+    pub policy: String,
+    /// GPUs that were not candidates, with the reason.
+    pub excluded: Vec<GpuVerdict>,
+    /// Candidates, in the order the policy ranked them (best first).
+    pub candidates: Vec<CandidateScore>,
+    /// Expected fragmentation of the host before placement, in GPUs.
+    pub frag_before: Option<f64>,
+}
+
+/// A placement decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The GPU(s) and what to create on each.
+    pub placements: Vec<Placement>,
+    /// NUMA node for the VM's memory and CPUs.
+    pub numa_node: Option<NumaNodeId>,
+    /// CPUs to pin (empty unless the request asked for pinning).
+    pub cpus: Vec<u32>,
+    /// Why this placement.
+    pub explanation: Explanation,
+}
+
+/// A rejected request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// The reason.
+    pub error: SchedError,
+    /// What was considered.
+    pub explanation: Explanation,
+}
+
+/// How well a host would take a request: the per-host half of a two-level scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostScore {
+    /// Whether the host can take the request at all.
+    pub feasible: bool,
+    /// Higher is better: `-(frag_added) - 0.001 × free_after_host` for the fragmentation-aware
+    /// policy (least fragmentation, then the fullest host), a policy-specific value otherwise.
+    pub score: f64,
+    /// Expected fragmentation the placement adds, in GPUs.
+    pub frag_added: f64,
+    /// Whether the placement would be NUMA-local.
+    pub numa_local: bool,
+    /// Free GPU capacity of the whole host after the placement, in GPUs.
+    pub host_free_after: f64,
+    /// Why not, when infeasible.
+    pub reason: Option<String>,
+}
+
+struct Cand {
+    gpus: Vec<usize>,
+    choices: Vec<SliceChoice>,
+    numa: Option<usize>,
+    local: bool,
+    nvlink: bool,
+    soft: u32,
+    frag_added: Option<f64>,
+    free_after: u32,
+    occupancy: f64,
+    score: Option<f64>,
+    order: usize,
+}
+
+pub(crate) struct Evaluation {
+    ranked: Vec<Cand>,
+    excluded: Vec<GpuVerdict>,
+    frag_before: Option<f64>,
+    host_free: u32,
+    error: Option<SchedError>,
+}
+
+fn validate(req: &Request, snap: &Snapshot) -> Result<(), SchedError> {
+    if req.count == 0 {
+        return Err(SchedError::ZeroCount);
+    }
+    match req.slice {
+        SliceRequest::Fraction(m) if m == 0 || m > GPU_UNITS => {
+            return Err(SchedError::BadFraction(m));
+        }
+        SliceRequest::Generic {
+            memory_mib: 0,
+            compute_milli: 0,
+        } => return Err(SchedError::EmptyGenericSize),
+        _ => {}
+    }
+    if req.count as usize > snap.gpus.len() {
+        return Err(SchedError::TooManyGpus {
+            wanted: req.count,
+            have: snap.gpus.len(),
+        });
+    }
+    Ok(())
+}
+
+fn consumers_on(gpu: &GpuState) -> Vec<&str> {
+    match &gpu.mode {
+        GpuMode::Whole { owner } => owner.iter().map(|o| o.consumer.as_str()).collect(),
+        GpuMode::Mig { instances, .. } => instances
+            .iter()
+            .map(|i| i.occupant.consumer.as_str())
+            .collect(),
+        GpuMode::VendorVgpu { active, .. } => active
+            .iter()
+            .map(|i| i.occupant.consumer.as_str())
+            .collect(),
+        GpuMode::Mdev { active, .. } => active
+            .iter()
+            .map(|i| i.occupant.consumer.as_str())
+            .collect(),
+        GpuMode::Sriov { active, .. } => active.iter().map(|o| o.consumer.as_str()).collect(),
+        GpuMode::Fractional { shares } => shares
+            .iter()
+            .map(|s| s.occupant.consumer.as_str())
+            .collect(),
+    }
+}
+
+/// Whether `rule`'s consumer is "near" `gpu` in the rule's scope.
+fn near(snap: &Snapshot, gpu: &GpuState, rule: &AffinityRule) -> bool {
+    match rule.scope {
+        AffinityScope::Gpu => consumers_on(gpu).contains(&rule.consumer.as_str()),
+        AffinityScope::Numa => gpu.numa_node.is_some_and(|n| {
+            snap.gpus
+                .iter()
+                .filter(|g| g.numa_node == Some(n))
+                .any(|g| consumers_on(g).contains(&rule.consumer.as_str()))
+        }),
+    }
+}
+
+/// Hard-rule verdict for one GPU, or the number of soft rules it breaks.
+fn affinity_verdict(snap: &Snapshot, gpu: &GpuState, req: &Request) -> Result<u32, String> {
+    let mut soft = 0;
+    for rule in &req.affinity {
+        if !near(snap, gpu, rule) {
+            if rule.required {
+                return Err(format!("not near {} as required", rule.consumer));
+            }
+            soft += 1;
+        }
+    }
+    for rule in &req.anti_affinity {
+        if near(snap, gpu, rule) {
+            if rule.required {
+                return Err(format!("{} is there (anti-affinity)", rule.consumer));
+            }
+            soft += 1;
+        }
+    }
+    Ok(soft)
+}
+
+fn slice_name(s: &SliceRequest) -> String {
+    match s {
+        SliceRequest::Mig(p) => format!("MIG {p}"),
+        SliceRequest::Vgpu(t) => format!("vGPU type {t}"),
+        SliceRequest::Mdev(t) => format!("mdev type {t}"),
+        SliceRequest::Vf => "a VF".to_owned(),
+        SliceRequest::Whole => "the whole GPU".to_owned(),
+        SliceRequest::Fraction(m) => format!("a {m}/1000 share"),
+        SliceRequest::Generic {
+            memory_mib,
+            compute_milli,
+        } => format!("{memory_mib} MiB and {compute_milli}/1000 compute"),
+    }
+}
+
+/// Per-GPU choices after the filters, with the soft-rule count.
+type Eligible = Vec<(usize, Vec<SliceChoice>, u32)>;
+
+fn eligible_gpus(snap: &Snapshot, req: &Request, caps: &[Cap]) -> (Eligible, Vec<GpuVerdict>) {
+    let mut ok = Vec::new();
+    let mut excluded = Vec::new();
+    for (i, (gpu, cap)) in snap.gpus.iter().zip(caps).enumerate() {
+        let verdict = if !gpu.healthy {
+            Err("unhealthy".to_owned())
+        } else if req.vendor.is_some_and(|v| v != gpu.vendor) {
+            Err("other vendor".to_owned())
+        } else if !req.models.is_empty() && !req.models.contains(&gpu.model) {
+            Err(format!("model {} not accepted", gpu.model))
+        } else {
+            affinity_verdict(snap, gpu, req).and_then(|soft| {
+                let choices = cap.choices(gpu, &req.slice);
+                if choices.is_empty() {
+                    Err(format!("no room for {}", slice_name(&req.slice)))
+                } else {
+                    Ok((choices, soft))
+                }
+            })
+        };
+        match verdict {
+            Ok((choices, soft)) => ok.push((i, choices, soft)),
+            Err(reason) => excluded.push(GpuVerdict {
+                gpu: gpu.address,
+                reason,
+            }),
+        }
+    }
+    // A generic size maps to the smallest slice the host offers: drop bigger ones.
+    if matches!(req.slice, SliceRequest::Generic { .. }) {
+        let size = |i: usize, c: &SliceChoice| snap.gpus.get(i).map_or(0, |g| Cap::units(g, c));
+        if let Some(min) = ok
+            .iter()
+            .filter_map(|(i, cs, _)| cs.first().map(|c| size(*i, c)))
+            .min()
+        {
+            ok.retain(|(i, cs, _)| cs.first().is_some_and(|c| size(*i, c) == min));
+        }
+    }
+    (ok, excluded)
+}
+
+fn linked(snap: &Snapshot, a: usize, b: usize) -> bool {
+    match (snap.gpus.get(a), snap.gpus.get(b)) {
+        (Some(x), Some(y)) => {
+            x.nvlink_peers.contains(&y.address) || y.nvlink_peers.contains(&x.address)
+        }
+        _ => false,
+    }
+}
+
+/// GPU sets for a multi-GPU request: one greedy set per seed GPU, taking NVLink peers of the
+/// whole set first, then GPUs on the seed's NUMA node, then the fullest GPUs.
+fn gpu_sets(snap: &Snapshot, req: &Request, eligible: &Eligible, caps: &[Cap]) -> Vec<Vec<usize>> {
+    let k = req.count as usize;
+    if k == 1 {
+        return eligible.iter().map(|(i, _, _)| vec![*i]).collect();
+    }
+    let free = |i: usize| {
+        snap.gpus
+            .get(i)
+            .zip(caps.get(i))
+            .map_or(0, |(g, c)| c.free_units(g))
+    };
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    for (seed, _, _) in eligible {
+        let mut set = vec![*seed];
+        let seed_numa = snap.gpus.get(*seed).and_then(|g| g.numa_node);
+        let mut rest: Vec<usize> = eligible
+            .iter()
+            .map(|(i, _, _)| *i)
+            .filter(|i| i != seed)
+            .collect();
+        while set.len() < k {
+            let pick = rest
+                .iter()
+                .copied()
+                .filter(|c| {
+                    req.nvlink != LinkPolicy::Required || set.iter().all(|s| linked(snap, *s, *c))
+                })
+                .min_by_key(|c| {
+                    let peer = set.iter().all(|s| linked(snap, *s, *c));
+                    let same_numa = snap.gpus.get(*c).and_then(|g| g.numa_node) == seed_numa;
+                    (
+                        !(peer && req.nvlink != LinkPolicy::None),
+                        !same_numa,
+                        free(*c),
+                        *c,
+                    )
+                });
+            match pick {
+                Some(p) => {
+                    set.push(p);
+                    rest.retain(|r| *r != p);
+                }
+                None => break,
+            }
+        }
+        if set.len() == k {
+            set.sort_unstable();
+            if !sets.contains(&set) {
+                sets.push(set);
+            }
+        }
+    }
+    sets
+}
+
+/// Chooses the NUMA node for the VM: local to the GPUs when it has room, else (unless
+/// required) the node with the most free CPU that has room.
+fn pick_numa(
+    snap: &Snapshot,
+    host: &HostCaps,
+    req: &Request,
+    gpus: &[usize],
+) -> Option<(Option<usize>, bool)> {
+    let gpu_nodes: Vec<Option<NumaNodeId>> = gpus
+        .iter()
+        .map(|i| snap.gpus.get(*i).and_then(|g| g.numa_node))
+        .collect();
+    let common = gpu_nodes
+        .first()
+        .copied()
+        .flatten()
+        .filter(|n| gpu_nodes.iter().all(|g| *g == Some(*n)));
+    let local_idx = common.and_then(|n| snap.numa.iter().position(|s| s.node == n));
+    if snap.numa.is_empty() {
+        return if req.numa == NumaPolicy::Required {
+            None
+        } else {
+            Some((None, false))
+        };
+    }
+    let cpus_needed = if req.pin_cpus {
+        u64::from(req.cpu_milli).div_ceil(1000) as usize
+    } else {
+        0
+    };
+    let room = |i: usize| {
+        host.numa_cpu.get(i).copied().unwrap_or(0) >= u64::from(req.cpu_milli)
+            && host.numa_mem.get(i).copied().unwrap_or(0) >= req.memory_mib
+            && snap
+                .numa
+                .get(i)
+                .is_some_and(|s| s.free_cpus.len() >= cpus_needed)
+    };
+    if let Some(i) = local_idx.filter(|i| room(*i)) {
+        return Some((Some(i), true));
+    }
+    if req.numa == NumaPolicy::Required {
+        return None;
+    }
+    (0..snap.numa.len())
+        .filter(|i| room(*i))
+        .max_by_key(|i| {
+            (
+                host.numa_cpu.get(*i).copied().unwrap_or(0),
+                std::cmp::Reverse(*i),
+            )
+        })
+        .map(|i| (Some(i), false))
+}
+
+/// The best slice choice on one GPU for the policy (the GPU's own view, used to build sets).
+fn best_choice(
+    snap: &Snapshot,
+    host: &HostCaps,
+    gpu: usize,
+    choices: &[SliceChoice],
+    policy: &Policy,
+    workload: &Workload,
+) -> Option<SliceChoice> {
+    match policy {
+        Policy::FragAware(_) if choices.len() > 1 => {
+            let g = snap.gpus.get(gpu)?;
+            choices
+                .iter()
+                .map(|c| {
+                    let mut h = host.clone();
+                    if let Some(cap) = h.caps.get_mut(gpu) {
+                        cap.apply(g, c);
+                    }
+                    (host_frag(snap, &h, workload), c)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, c)| c.clone())
+        }
+        _ => choices.first().cloned(),
+    }
+}
+
+fn workload_for<'a>(
+    policy: &'a Policy,
+    snap: &Snapshot,
+    fallback: &'a mut Workload,
+) -> &'a Workload {
+    match policy {
+        Policy::FragAware(w) if !w.items.is_empty() => w,
+        _ => {
+            *fallback = Workload::offered_by(snap);
+            fallback
+        }
+    }
+}
+
+pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evaluation {
+    let mut ev = Evaluation {
+        ranked: Vec::new(),
+        excluded: Vec::new(),
+        frag_before: None,
+        host_free: 0,
+        error: None,
+    };
+    if let Err(e) = validate(req, snap) {
+        ev.error = Some(e);
+        return ev;
+    }
+    let caps: Result<Vec<Cap>, SchedError> = snap.gpus.iter().map(Cap::of).collect();
+    let caps = match caps {
+        Ok(c) => c,
+        Err(e) => {
+            ev.error = Some(e);
+            return ev;
+        }
+    };
+    let host = HostCaps {
+        numa_cpu: snap.numa.iter().map(|n| n.cpu_milli()).collect(),
+        numa_mem: snap.numa.iter().map(|n| n.free_memory_mib).collect(),
+        caps,
+    };
+    ev.host_free = snap
+        .gpus
+        .iter()
+        .zip(&host.caps)
+        .filter(|(g, _)| g.healthy)
+        .map(|(g, c)| c.free_units(g))
+        .sum();
+    let (eligible, excluded) = eligible_gpus(snap, req, &host.caps);
+    ev.excluded = excluded;
+    let mut fallback = Workload::default();
+    let frag_aware = matches!(policy, Policy::FragAware(_));
+    let workload = if frag_aware {
+        workload_for(policy, snap, &mut fallback)
+    } else {
+        &fallback
+    };
+    if frag_aware {
+        ev.frag_before = Some(host_frag(snap, &host, workload));
+    }
+    let sets = gpu_sets(snap, req, &eligible, &host.caps);
+    let mut cands: Vec<Cand> = Vec::new();
+    let mut numa_failed = false;
+    for set in sets {
+        // For one GPU every slot is a candidate; for a set, each GPU's own best slot.
+        let choice_lists: Vec<Vec<SliceChoice>> = if set.len() == 1 {
+            eligible
+                .iter()
+                .find(|(i, _, _)| Some(i) == set.first())
+                .map(|(_, cs, _)| cs.iter().map(|c| vec![c.clone()]).collect())
+                .unwrap_or_default()
+        } else {
+            let per: Option<Vec<SliceChoice>> = set
+                .iter()
+                .map(|g| {
+                    let cs = eligible
+                        .iter()
+                        .find(|(i, _, _)| i == g)
+                        .map(|(_, cs, _)| cs)?;
+                    best_choice(snap, &host, *g, cs, policy, workload)
+                })
+                .collect();
+            per.into_iter().collect()
+        };
+        let soft_gpu: u32 = set
+            .iter()
+            .filter_map(|g| eligible.iter().find(|(i, _, _)| i == g).map(|(_, _, s)| *s))
+            .sum();
+        let nvlink = set
+            .iter()
+            .enumerate()
+            .all(|(a, x)| set.iter().skip(a + 1).all(|y| linked(snap, *x, *y)));
+        for choices in choice_lists {
+            let Some((numa, local)) = pick_numa(snap, &host, req, &set) else {
+                numa_failed = true;
+                continue;
+            };
+            let mut after = host.clone();
+            for (g, c) in set.iter().zip(&choices) {
+                if let (Some(gpu), Some(cap)) = (snap.gpus.get(*g), after.caps.get_mut(*g)) {
+                    cap.apply(gpu, c);
+                }
+            }
+            if let Some(n) = numa {
+                if let Some(c) = after.numa_cpu.get_mut(n) {
+                    *c = c.saturating_sub(u64::from(req.cpu_milli));
+                }
+                if let Some(m) = after.numa_mem.get_mut(n) {
+                    *m = m.saturating_sub(req.memory_mib);
+                }
+            }
+            let free_after = set
+                .iter()
+                .filter_map(|g| snap.gpus.get(*g).zip(after.caps.get(*g)))
+                .map(|(gpu, cap)| cap.free_units(gpu))
+                .sum();
+            let occupancy = set
+                .iter()
+                .filter_map(|g| snap.gpus.get(*g).zip(host.caps.get(*g)))
+                .map(|(gpu, cap)| cap.occupancy(gpu))
+                .sum::<f64>()
+                / set.len() as f64;
+            let frag_added = ev
+                .frag_before
+                .map(|before| host_frag(snap, &after, workload) - before);
+            let soft = soft_gpu
+                + u32::from(req.nvlink == LinkPolicy::Preferred && !nvlink && set.len() > 1);
+            let score = match policy {
+                Policy::Spread(w) => Some(
+                    w.utilisation * (1.0 - occupancy) + w.locality * f64::from(u8::from(local)),
+                ),
+                _ => None,
+            };
+            let order = cands.len();
+            cands.push(Cand {
+                gpus: set.clone(),
+                choices,
+                numa,
+                local,
+                nvlink,
+                soft,
+                frag_added,
+                free_after,
+                occupancy,
+                score,
+                order,
+            });
+        }
+    }
+    if cands.is_empty() {
+        ev.error = Some(if eligible.is_empty() {
+            SchedError::NoCapacity
+        } else if numa_failed {
+            SchedError::NoCpuOrMemory {
+                cpu_milli: req.cpu_milli,
+                memory_mib: req.memory_mib,
+            }
+        } else if req.nvlink == LinkPolicy::Required {
+            SchedError::NoNvlinkGroup(req.count)
+        } else {
+            SchedError::NoCapacity
+        });
+        return ev;
+    }
+    cands.sort_by(|a, b| rank(policy, snap, a, b));
+    ev.ranked = cands;
+    ev
+}
+
+fn util(snap: &Snapshot, c: &Cand) -> u32 {
+    c.gpus
+        .iter()
+        .filter_map(|g| snap.gpus.get(*g))
+        .map(|g| u32::from(g.utilization_pct))
+        .sum()
+}
+
+/// The policies' orders, best first.
+fn rank(policy: &Policy, snap: &Snapshot, a: &Cand, b: &Cand) -> Ordering {
+    let soft = a.soft.cmp(&b.soft);
+    match policy {
+        Policy::FirstFit => soft.then(a.order.cmp(&b.order)),
+        Policy::BestFit => soft
+            .then(a.free_after.cmp(&b.free_after))
+            .then(a.order.cmp(&b.order)),
+        Policy::Spread(_) => soft
+            .then(b.score.unwrap_or(0.0).total_cmp(&a.score.unwrap_or(0.0)))
+            .then(a.order.cmp(&b.order)),
+        Policy::FragAware(_) => {
+            // Differences below a millionth of a GPU are float noise, not fragmentation.
+            let q = |f: Option<f64>| (f.unwrap_or(0.0) * 1e6).round() as i64;
+            b.local
+                .cmp(&a.local)
+                .then(soft)
+                .then(q(a.frag_added).cmp(&q(b.frag_added)))
+                .then(a.free_after.cmp(&b.free_after))
+                .then(util(snap, a).cmp(&util(snap, b)))
+                .then(a.order.cmp(&b.order))
+        }
+    }
+}
+
+fn to_score(snap: &Snapshot, c: &Cand, chosen: bool) -> CandidateScore {
+    CandidateScore {
+        placements: c
+            .gpus
+            .iter()
+            .zip(&c.choices)
+            .filter_map(|(g, s)| {
+                snap.gpus.get(*g).map(|gpu| Placement {
+                    gpu: gpu.address,
+                    slice: s.clone(),
+                })
+            })
+            .collect(),
+        numa_node: c.numa.and_then(|n| snap.numa.get(n)).map(|n| n.node),
+        numa_local: c.local,
+        nvlink_connected: c.nvlink,
+        soft_violations: c.soft,
+        frag_added: c.frag_added,
+        free_after: f64::from(c.free_after) / f64::from(GPU_UNITS),
+        occupancy: c.occupancy,
+        score: c.score,
+        chosen,
+    }
+}
+
+impl Evaluation {
+    fn explanation(&self, snap: &Snapshot, policy: &Policy) -> Explanation {
+        Explanation {
+            policy: policy.name().to_owned(),
+            excluded: self.excluded.clone(),
+            candidates: self
+                .ranked
+                .iter()
+                .enumerate()
+                .map(|(i, c)| to_score(snap, c, i == 0))
+                .collect(),
+            frag_before: self.frag_before,
+        }
+    }
+}
+
+/// Decides where `request` goes on the host described by `snapshot` under `policy`.
+///
+/// Pure: the snapshot is not changed; the engine creates the slices and re-reads the host.
+pub fn decide(
+    snapshot: &Snapshot,
+    request: &Request,
+    policy: &Policy,
+) -> Result<Decision, Rejection> {
+    let ev = evaluate(snapshot, request, policy);
+    let explanation = ev.explanation(snapshot, policy);
+    let Some(best) = ev.ranked.first() else {
+        return Err(Rejection {
+            error: ev.error.unwrap_or(SchedError::NoCapacity),
+            explanation,
+        });
+    };
+    let numa = best.numa.and_then(|n| snapshot.numa.get(n));
+    let cpus = match numa {
+        Some(n) if request.pin_cpus => n
+            .free_cpus
+            .iter()
+            .take(u64::from(request.cpu_milli).div_ceil(1000) as usize)
+            .copied()
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(Decision {
+        placements: to_score(snapshot, best, true).placements,
+        numa_node: numa.map(|n| n.node),
+        cpus,
+        explanation,
+    })
+}
+
+/// How well this host would take `request`: usable by an upstream scheduler to choose between
+/// hosts (higher `score` is better; infeasible hosts score `-inf`).
+pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> HostScore {
+    let ev = evaluate(snapshot, request, policy);
+    let Some(best) = ev.ranked.first() else {
+        return HostScore {
+            feasible: false,
+            score: f64::NEG_INFINITY,
+            frag_added: 0.0,
+            numa_local: false,
+            host_free_after: f64::from(ev.host_free) / f64::from(GPU_UNITS),
+            reason: Some(ev.error.unwrap_or(SchedError::NoCapacity).to_string()),
+        };
+    };
+    let taken: u32 = best
+        .gpus
+        .iter()
+        .zip(&best.choices)
+        .filter_map(|(g, c)| snapshot.gpus.get(*g).map(|gpu| Cap::units(gpu, c)))
+        .sum();
+    let host_free_after = f64::from(ev.host_free.saturating_sub(taken)) / f64::from(GPU_UNITS);
+    let frag_added = best.frag_added.unwrap_or(0.0);
+    let score = match policy {
+        Policy::FragAware(_) => -frag_added - 0.001 * host_free_after,
+        Policy::Spread(_) => best.score.unwrap_or(0.0),
+        Policy::BestFit | Policy::FirstFit => -host_free_after,
+    };
+    HostScore {
+        feasible: true,
+        score,
+        frag_added,
+        numa_local: best.local,
+        host_free_after,
+        reason: None,
+    }
+}

@@ -1,0 +1,182 @@
+//! The fragmentation measure: how much free GPU capacity the expected workload could not use.
+//!
+//! This is FGD's measure (Weng et al., ATC 2023) generalised from fractional GPUs to every
+//! slicing mode. For each request shape `m` of the target workload (with probability `p_m`):
+//! - if the host cannot take `m` at all (too few GPUs where it fits, or no CPU/memory left on
+//!   the GPUs' NUMA nodes), all free capacity is a fragment for `m`;
+//! - otherwise each GPU contributes the free capacity `m` could not use there: all of it when
+//!   `m` does not fit on that GPU (wrong MIG slots, another vGPU size already on it, too small a
+//!   remainder), the free MIG slices no free placement of `m` covers, or nothing.
+//!
+//! The host's fragmentation is `Σ p_m · F(m)`, in GPU units (1000 = one GPU).
+
+use serde::{Deserialize, Serialize};
+
+use crate::cap::Cap;
+use crate::model::{GpuMode, GpuState, SliceRequest, Snapshot};
+
+/// The request mix the host expects: the distribution fragmentation is measured against.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Request shapes with their relative frequency.
+    pub items: Vec<WorkItem>,
+}
+
+/// One request shape of the expected mix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkItem {
+    /// Slice shape.
+    pub slice: SliceRequest,
+    /// GPUs per request.
+    pub count: u32,
+    /// CPU per request in milli-CPUs.
+    pub cpu_milli: u32,
+    /// Memory per request in MiB.
+    pub memory_mib: u64,
+    /// Relative frequency (need not sum to 1).
+    pub weight: f64,
+    /// Acceptable GPU models (empty: any).
+    pub models: Vec<String>,
+}
+
+impl WorkItem {
+    /// A single-slice shape with no CPU or memory demand.
+    pub fn slice(slice: SliceRequest, weight: f64) -> Self {
+        Self {
+            slice,
+            count: 1,
+            cpu_milli: 0,
+            memory_mib: 0,
+            weight,
+            models: Vec::new(),
+        }
+    }
+}
+
+impl Workload {
+    /// Every shape the snapshot's GPUs offer, equally likely: the default when the engine has
+    /// no history for the host.
+    pub fn offered_by(snapshot: &Snapshot) -> Self {
+        let mut items: Vec<WorkItem> = Vec::new();
+        let mut add = |s: SliceRequest| {
+            if !items.iter().any(|i| i.slice == s) {
+                items.push(WorkItem::slice(s, 1.0));
+            }
+        };
+        for gpu in &snapshot.gpus {
+            match &gpu.mode {
+                GpuMode::Whole { .. } => add(SliceRequest::Whole),
+                GpuMode::Mig { geometry, .. } => {
+                    for s in &geometry.profiles {
+                        add(SliceRequest::Mig(s.name.clone()));
+                    }
+                }
+                GpuMode::VendorVgpu { types, .. } => {
+                    for t in types {
+                        add(SliceRequest::Vgpu(t.id));
+                    }
+                }
+                GpuMode::Mdev { types, .. } => {
+                    for t in types {
+                        add(SliceRequest::Mdev(t.type_id.clone()));
+                    }
+                }
+                GpuMode::Sriov { .. } => add(SliceRequest::Vf),
+                GpuMode::Fractional { .. } => {
+                    for m in [250, 500, 1000] {
+                        add(SliceRequest::Fraction(m));
+                    }
+                }
+            }
+        }
+        Self { items }
+    }
+
+    /// Sum of the weights.
+    pub(crate) fn total_weight(&self) -> f64 {
+        self.items.iter().map(|i| i.weight.max(0.0)).sum()
+    }
+}
+
+/// The free capacity of a host as candidates change it.
+#[derive(Debug, Clone)]
+pub(crate) struct HostCaps {
+    pub caps: Vec<Cap>,
+    /// Free milli-CPUs per NUMA node, in snapshot order.
+    pub numa_cpu: Vec<u64>,
+    /// Free memory per NUMA node.
+    pub numa_mem: Vec<u64>,
+}
+
+impl HostCaps {
+    /// Whether the NUMA node of `gpu` (any node when unknown; no constraint when the snapshot
+    /// lists no NUMA node) has `cpu` milli-CPUs and `mem` MiB free.
+    pub fn cpu_fits(&self, snap: &Snapshot, gpu: &GpuState, cpu: u32, mem: u64) -> bool {
+        if (cpu == 0 && mem == 0) || snap.numa.is_empty() {
+            return true;
+        }
+        let ok = |i: usize| {
+            self.numa_cpu.get(i).copied().unwrap_or(0) >= u64::from(cpu)
+                && self.numa_mem.get(i).copied().unwrap_or(0) >= mem
+        };
+        match gpu
+            .numa_node
+            .and_then(|n| snap.numa.iter().position(|s| s.node == n))
+        {
+            Some(i) => ok(i),
+            None => (0..snap.numa.len()).any(ok),
+        }
+    }
+}
+
+fn model_ok(models: &[String], gpu: &GpuState) -> bool {
+    models.is_empty() || models.contains(&gpu.model)
+}
+
+/// Expected fragmentation of the host in GPU units (see the module docs).
+pub(crate) fn host_frag(snap: &Snapshot, host: &HostCaps, workload: &Workload) -> f64 {
+    let total = workload.total_weight();
+    if total <= 0.0 {
+        return 0.0;
+    }
+    let free: Vec<u32> = snap
+        .gpus
+        .iter()
+        .zip(&host.caps)
+        .map(|(g, c)| if g.healthy { c.free_units(g) } else { 0 })
+        .collect();
+    let free_sum: u32 = free.iter().sum();
+    if free_sum == 0 {
+        return 0.0;
+    }
+    let mut frag = 0.0;
+    for item in &workload.items {
+        let w = item.weight.max(0.0) / total;
+        if w == 0.0 {
+            continue;
+        }
+        let mut fitting = 0u32;
+        let mut unusable = 0u32;
+        for ((gpu, cap), f) in snap.gpus.iter().zip(&host.caps).zip(&free) {
+            if *f == 0 {
+                continue;
+            }
+            let usable_here = model_ok(&item.models, gpu)
+                && host.cpu_fits(snap, gpu, item.cpu_milli, item.memory_mib);
+            match cap.unusable_for(gpu, &item.slice).filter(|_| usable_here) {
+                Some(u) => {
+                    fitting += 1;
+                    unusable += u;
+                }
+                None => unusable += f,
+            }
+        }
+        let lost = if fitting < item.count {
+            free_sum
+        } else {
+            unusable
+        };
+        frag += w * f64::from(lost);
+    }
+    frag / f64::from(crate::model::GPU_UNITS)
+}

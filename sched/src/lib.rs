@@ -1,0 +1,91 @@
+//! The local affinity scheduler: where a GPU slice request goes on one host.
+//!
+//! This crate owns pure placement decisions from a capacity [`Snapshot`] and a [`Request`]. It
+//! must not do I/O or touch the host: the engine builds the snapshot from the inventory, calls
+//! [`decide`], creates the slices, and re-reads the host. It is also the per-host half of a
+//! two-level scheduler: [`host_score`] tells an upstream scheduler (OpenStack Placement's
+//! weigher, a cluster simulator) how well this host would take a request.
+//!
+//! # Using it from the engine
+//! - `decide(&snapshot, &request, &Policy::default())` → `Ok(Decision)` with the GPU(s), the
+//!   slice on each (MIG profile and start slot, vGPU type, mdev type, VF, whole GPU, share), the
+//!   NUMA node for the VM's memory and the CPUs to pin; or `Err(Rejection)` with the reason and
+//!   why each GPU was left out. Both carry an [`Explanation`] listing every candidate with its
+//!   score components.
+//! - `host_score(&snapshot, &request, &policy)` → a scalar for choosing between hosts.
+//! - `defrag_advice(&snapshot, &request, &policy, allow_busy)` → for a rejected request, the
+//!   cheapest re-layout of idle slices (or, if allowed, of named VMs' slices) that makes room.
+//! - [`Snapshot::commit`] / [`Snapshot::release`] keep a snapshot current between re-reads.
+//!
+//! # Policies
+//! - `first-fit`: the first GPU in snapshot order and its lowest free start slot.
+//! - `best-fit`: the GPU left with the least free capacity.
+//! - `spread`: the source design's `0.7 × (1 − occupancy) + 0.3 × locality`, highest wins
+//!   (weights configurable). It is worst-fit: kept so operators can compare.
+//! - `vgpud` (the default, [`Policy::FragAware`]), described next.
+//!
+//! # The default algorithm
+//! 1. **Filter** GPUs: healthy, vendor and model accepted, hard affinity and anti-affinity
+//!    rules kept, and at least one slice of the requested kind creatable now. The slice kinds
+//!    follow the hardware rules: MIG instances only at their profile's start slots, without
+//!    overlap, within 7 compute slices and the per-profile count; vendor-VFIO vGPUs only of the
+//!    type already on the GPU (one size per GPU) and within its instance count and free VFs; a
+//!    generic size maps to the smallest slice the host offers that holds it.
+//! 2. **Candidates**: every (GPU, slot) for one slice; for `count` > 1 one GPU set per seed GPU,
+//!    filled with NVLink peers first (all pairs linked when NVLink is required), then GPUs on
+//!    the seed's NUMA node, then the fullest.
+//! 3. **NUMA**: the VM's CPUs and memory go to the GPUs' NUMA node when it has room; with
+//!    `required` a candidate without room there is dropped; with `preferred`/`none` another node
+//!    is used and the candidate is marked non-local.
+//! 4. **Rank**, lexicographically: NUMA-local before non-local (a hard preference: a non-local
+//!    candidate wins only when no local one exists); fewer broken soft rules (soft affinity,
+//!    NVLink preferred); least **expected fragmentation added**; least free capacity left on the
+//!    chosen GPU(s) (best fit, so whole GPUs stay whole); lowest telemetry utilisation; snapshot
+//!    order.
+//!
+//! Expected fragmentation (FGD, Weng et al., ATC 2023, generalised to every slicing mode; see
+//! the `frag` module) is the free GPU capacity the expected request mix ([`Workload`]) could not
+//! use: for each request shape, the capacity on GPUs where it does not fit (wrong MIG slots,
+//! another vGPU size on the GPU, a remainder too small, no CPU or memory left on the GPU's NUMA
+//! node), or everything when the host cannot take that shape at all. The workload defaults to
+//! every shape the host's GPUs offer, equally likely; the engine should pass the observed mix.
+//! Unlike FGD's scorer, the measure is compared exactly (no rounding to integer scores, no random
+//! tie-breaking): ties go to best fit, which keeps empty GPUs empty for large requests.
+
+mod cap;
+mod decide;
+mod defrag;
+mod edit;
+mod error;
+mod frag;
+pub mod mig;
+mod model;
+
+pub use decide::{
+    CandidateScore, Decision, Explanation, GpuVerdict, HostScore, Policy, Rejection, SpreadWeights,
+    decide, host_score,
+};
+pub use defrag::{BUSY_MOVE_COST, DefragAdvice, DefragPlan, IDLE_MOVE_COST, Move, defrag_advice};
+pub use edit::{add_slice, remove_slice, request_of, slices_of};
+pub use error::SchedError;
+pub use frag::{WorkItem, Workload};
+pub use model::{
+    AffinityRule, AffinityScope, FractionalShare, GPU_UNITS, GpuMode, GpuState, LinkPolicy,
+    MdevInstance, MdevOffer, MigGeometry, MigInstance, MigShape, NumaPolicy, NumaState, Occupant,
+    Placement, Request, SliceChoice, SliceRequest, Snapshot, Vendor, VgpuInstance, VgpuOffer,
+};
+
+/// Expected fragmentation of a host for `workload`, in GPUs (see the crate docs).
+pub fn fragmentation(snapshot: &Snapshot, workload: &Workload) -> Result<f64, SchedError> {
+    let caps = snapshot
+        .gpus
+        .iter()
+        .map(cap::Cap::of)
+        .collect::<Result<Vec<_>, _>>()?;
+    let host = frag::HostCaps {
+        caps,
+        numa_cpu: snapshot.numa.iter().map(|n| n.cpu_milli()).collect(),
+        numa_mem: snapshot.numa.iter().map(|n| n.free_memory_mib).collect(),
+    };
+    Ok(frag::host_frag(snapshot, &host, workload))
+}
