@@ -471,11 +471,17 @@ impl Profile {
             return bad("name and hostname must not be empty".into());
         }
         self.validate_numa().or_else(bad)?;
-        self.validate_addresses().or_else(bad)?;
-        self.validate_parents().or_else(bad)?;
+        // SR-IOV shapes first: a zero stride would otherwise read as VFs colliding.
         for (key, model) in &self.models {
             validate_model(model).or_else(|r| bad(format!("model {key:?}: {r}")))?;
         }
+        for dev in &self.devices {
+            if let Some(s) = &dev.sriov {
+                validate_sriov(s).or_else(|r| bad(format!("device {}: {r}", dev.address)))?;
+            }
+        }
+        self.validate_addresses().or_else(bad)?;
+        self.validate_parents().or_else(bad)?;
         for gpu in &self.gpus {
             self.validate_gpu(gpu)
                 .or_else(|r| bad(format!("GPU {}: {r}", gpu.address)))?;
@@ -488,11 +494,6 @@ impl Profile {
             parse_class(&dev.class)
                 .map(|_| ())
                 .or_else(|r| bad(format!("device {}: {r}", dev.address)))?;
-        }
-        for dev in &self.devices {
-            if let Some(s) = &dev.sriov {
-                validate_sriov(s).or_else(|r| bad(format!("device {}: {r}", dev.address)))?;
-            }
         }
         for b in &self.bridges {
             check_driver_name(b.boot_driver().as_deref())
