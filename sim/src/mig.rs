@@ -185,6 +185,42 @@ impl MigFamily {
     pub(crate) fn profile_named(self, name: &MigProfileName) -> Option<GiProfile> {
         self.profiles().into_iter().find(|p| &p.info.name == name)
     }
+
+    /// Whether the family has a GPU-instance profile of this name.
+    pub fn has_profile(self, name: &MigProfileName) -> bool {
+        self.profile_named(name).is_some()
+    }
+
+    /// The family of a MIG-capable GPU, guessed from the product name NVML reports and its
+    /// framebuffer: `NVIDIA A100-SXM4-80GB` → `a100-80gb`, `NVIDIA H100 NVL` (94 GB) →
+    /// `h100-94gb`. `None` for MIG-capable GPUs the simulator has no table for (A30, GH200, …).
+    pub fn from_product_name(name: &str, memory_mib: u64) -> Option<MigFamily> {
+        let upper = name.to_ascii_uppercase();
+        if upper.contains("GH200") {
+            return None;
+        }
+        // NVML reports a little less than the nominal size (80 GB reads 81920 MiB or less).
+        let nominal_gb = memory_mib.div_ceil(1000);
+        if upper.contains("H200") {
+            Some(MigFamily::H200With141Gb)
+        } else if upper.contains("H100") {
+            let big = upper.contains("94GB") || upper.contains("NVL") || nominal_gb > 90;
+            Some(if big {
+                MigFamily::H100With94Gb
+            } else {
+                MigFamily::H100With80Gb
+            })
+        } else if upper.contains("A100") {
+            let big = upper.contains("80GB") || nominal_gb > 50;
+            Some(if big {
+                MigFamily::A100With80Gb
+            } else {
+                MigFamily::A100With40Gb
+            })
+        } else {
+            None
+        }
+    }
 }
 
 fn slot(memory_slices: u32) -> usize {
@@ -368,6 +404,43 @@ pub(crate) fn place_ci(gi: &GiState, profile_id: u32) -> Result<(u32, Placement)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn families_are_guessed_from_product_names() {
+        let cases = [
+            (
+                "NVIDIA A100-SXM4-80GB",
+                81920,
+                Some(MigFamily::A100With80Gb),
+            ),
+            (
+                "NVIDIA A100-PCIE-40GB",
+                40960,
+                Some(MigFamily::A100With40Gb),
+            ),
+            (
+                "NVIDIA A100-SXM4-40GB",
+                40536,
+                Some(MigFamily::A100With40Gb),
+            ),
+            (
+                "NVIDIA H100 80GB HBM3",
+                81559,
+                Some(MigFamily::H100With80Gb),
+            ),
+            ("NVIDIA H100 NVL", 95830, Some(MigFamily::H100With94Gb)),
+            ("NVIDIA H200", 143771, Some(MigFamily::H200With141Gb)),
+            ("NVIDIA A30", 24576, None),
+            ("NVIDIA GH200 480GB", 97871, None),
+            ("Tesla T4", 15360, None),
+        ];
+        for (name, mib, family) in cases {
+            assert_eq!(MigFamily::from_product_name(name, mib), family, "{name}");
+        }
+        let p: MigProfileName = "1g.18gb".parse().unwrap();
+        assert!(MigFamily::H200With141Gb.has_profile(&p));
+        assert!(!MigFamily::A100With80Gb.has_profile(&p));
+    }
 
     fn gi(p: &GiProfile, start: u32) -> GiState {
         GiState::new(gpu_instance_id(p, start), p, start)
