@@ -210,6 +210,15 @@ impl Hypervisor {
         topology_from_capabilities(&caps)
     }
 
+    /// A node device's XML (e.g. `pci_0000_41_00_0`).
+    pub fn node_device_xml(&self, name: &str) -> Result<String, VmpinError> {
+        self.with(|c| {
+            let dev = virt::nodedev::NodeDevice::lookup_by_name(c, name)
+                .map_err(|e| libvirt("virNodeDeviceLookupByName", name, e))?;
+            dev.get_xml_desc(0).map_err(|e| libvirt("virNodeDeviceGetXMLDesc", name, e))
+        })
+    }
+
     /// Defines (or redefines) a domain; returns its name.
     pub fn define(&self, xml: &str) -> Result<String, VmpinError> {
         self.with(|c| {
@@ -323,13 +332,21 @@ impl Hypervisor {
             let mut xml = DomainXml::parse(&xml_of(&d, domain, true)?)?;
             xml.apply(allocation, slices, plan)?;
             Domain::define_xml(c, &xml.to_xml()).map_err(|e| libvirt("virDomainDefineXML", domain, e))?;
+            // Report what libvirt stored (it adds attributes of its own), and make sure it kept
+            // the record release depends on.
+            let stored = DomainXml::parse(&xml_of(&d, domain, true)?)?;
+            if !stored.allocations()?.iter().any(|a| a.id == allocation) {
+                return Err(VmpinError::Metadata(format!(
+                    "libvirt did not keep the record of allocation {allocation} in domain {domain}"
+                )));
+            }
             let mut report = ApplyReport {
                 domain: domain.to_owned(),
                 allocation: allocation.to_owned(),
                 active,
                 live: Vec::new(),
                 restart_needed: Vec::new(),
-                fragment: xml.fragment(),
+                fragment: stored.fragment(),
             };
             if active {
                 apply_live(c, &d, &xml, slices, plan, &mut report.live, &mut report.restart_needed)?;

@@ -40,7 +40,8 @@ pub struct Element {
     /// (qualified name, escaped value, quote character)
     attrs: Vec<(String, String, char)>,
     children: Vec<Node>,
-    /// Written as `<a/>` rather than `<a></a>` when it has no children.
+    /// Written `<a/>` in the source (or built empty here): written that way again whenever it
+    /// has no children, and collapsed back to it when removals leave only indentation.
     self_closing: bool,
 }
 
@@ -190,13 +191,11 @@ impl Element {
     /// Appends a child element as is (no indentation).
     pub fn push(&mut self, child: Element) {
         self.children.push(Node::Element(child));
-        self.self_closing = false;
     }
 
     /// Appends text; the text is escaped.
     pub fn push_text(&mut self, text: &str) {
         self.children.push(Node::Text(escape(text).into_owned()));
-        self.self_closing = false;
     }
 
     /// Appends `child` as the last element, indented the way libvirt indents (two spaces per
@@ -214,7 +213,6 @@ impl Element {
         };
         self.children.insert(at, Node::Element(child));
         self.children.insert(at, Node::Text(inner));
-        self.self_closing = false;
     }
 
     /// The first child element named `name`, inserted empty at element position `index` (with
@@ -246,7 +244,6 @@ impl Element {
         // Keep the whitespace that preceded the element now at `at` in front of the new one.
         self.children.insert(at, Node::Text(inner));
         self.children.insert(at, Node::Element(child));
-        self.self_closing = false;
     }
 
     /// Removes every child element matching `pred`, with the blank text just before each, and
@@ -274,10 +271,9 @@ impl Element {
                 i -= 1;
             }
         }
-        if !self.has_elements() && self.children.iter().all(|n| matches!(n, Node::Text(t) if is_blank(t))) {
-            // An element emptied by removal goes back to the compact form libvirt writes.
+        if self.self_closing && self.children.iter().all(|n| matches!(n, Node::Text(t) if is_blank(t))) {
+            // An element that was `<a/>` before children were added goes back to that form.
             self.children.clear();
-            self.self_closing = true;
         }
         (removed, first)
     }
