@@ -5,4 +5,5 @@
 //! must not parse HTTP or D-Bus; those front ends live in `api`.
 
 pub mod cli;
+pub mod engine;
 pub mod host;

@@ -1,0 +1,238 @@
+//! Allocating slices to consumers and releasing them.
+//!
+//! An allocation reuses free owned slices of the type first, then creates new ones. Slices being
+//! gathered are *claimed* in memory (no other request or destroy may take them) until the
+//! allocation is written in one store write: a crash before that leaves free owned slices, never
+//! a half allocation.
+
+use ids::PciAddress;
+
+use super::backend::{Observed, backend};
+use super::error::{EngineError, Result};
+use super::events::Event;
+use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec};
+use super::ops::check_text;
+use super::resolve::candidates;
+use super::state::now;
+use super::{Engine, lock};
+
+/// Most slices one allocation may hold.
+pub const MAX_COUNT: u32 = 64;
+
+impl Engine {
+    /// Allocates `count` slices of a type to a consumer: all or none. With an idempotency key, a
+    /// retry (same consumer, same key) returns the allocation the first attempt made.
+    pub fn allocate(&self, req: AllocationRequest) -> Result<Allocation> {
+        check_request(&req)?;
+        let r = &req.request;
+        let _key = r
+            .idempotency_key
+            .as_ref()
+            .map(|k| self.inner.key_locks.lock((req.consumer.clone(), k.clone())));
+        if let Some(existing) = self.by_key(&req)? {
+            return Ok(existing);
+        }
+        let specs = candidates(self.host(), &r.slice_type, r.gpu)?;
+        let mut picked = Vec::new();
+        let mut created = Vec::new();
+        let gathered = self.gather(&specs, r.count, &mut picked, &mut created);
+        let alloc = Allocation {
+            id: AllocationId::new_random(),
+            consumer: req.consumer.clone(),
+            vm: req.vm.clone(),
+            slices: picked.clone(),
+            slice_type: Some(r.slice_type.trim().to_owned()),
+            idempotency_key: r.idempotency_key.clone(),
+            created: now(),
+        };
+        let written =
+            gathered.and_then(|()| self.write(|d| d.allocations.insert(alloc.id, alloc.clone())));
+        lock(&self.inner.claims).retain(|s| !picked.contains(s));
+        if let Err(e) = written {
+            self.destroy_unused(&created);
+            return Err(e);
+        }
+        tracing::info!(allocation = %alloc.id, consumer = %alloc.consumer, slices = alloc.slices.len(), "allocated");
+        self.emit(Event::AllocationCreated {
+            allocation: alloc.id,
+            consumer: alloc.consumer.clone(),
+            slices: alloc.slices.clone(),
+        });
+        Ok(alloc)
+    }
+
+    /// The allocation an earlier attempt with the same key made, if any.
+    fn by_key(&self, req: &AllocationRequest) -> Result<Option<Allocation>> {
+        let Some(key) = &req.request.idempotency_key else {
+            return Ok(None);
+        };
+        let found = self.read(|d| {
+            d.allocations
+                .values()
+                .find(|a| a.consumer == req.consumer && a.idempotency_key.as_ref() == Some(key))
+                .cloned()
+        });
+        match found {
+            Some(a)
+                if a.slice_type.as_deref() == Some(req.request.slice_type.trim())
+                    && a.slices.len() == req.request.count as usize =>
+            {
+                Ok(Some(a))
+            }
+            Some(a) => Err(EngineError::Conflict(format!(
+                "idempotency key {key:?} was used for allocation {} with another request",
+                a.id
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims free slices, then creates what is missing; on failure the caller undoes.
+    fn gather(
+        &self,
+        specs: &[SliceSpec],
+        count: u32,
+        picked: &mut Vec<SliceId>,
+        created: &mut Vec<SliceId>,
+    ) -> Result<()> {
+        let count = count as usize;
+        for spec in specs {
+            while picked.len() < count {
+                match self.claim_free(spec) {
+                    Some(id) => picked.push(id),
+                    None => break,
+                }
+            }
+        }
+        let mut errors = Vec::new();
+        for spec in specs {
+            while picked.len() < count {
+                let _gpu = self.inner.gpu_locks.lock(spec.gpu);
+                match self.create_locked(spec, None) {
+                    Ok(entry) => {
+                        lock(&self.inner.claims).insert(entry.id);
+                        picked.push(entry.id);
+                        created.push(entry.id);
+                    }
+                    Err(e) => {
+                        errors.push(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if picked.len() >= count {
+            return Ok(());
+        }
+        Err(shortage(count, picked.len(), errors))
+    }
+
+    /// Claims one free owned slice satisfying the spec, checked present on the host.
+    fn claim_free(&self, spec: &SliceSpec) -> Option<SliceId> {
+        let _gpu = self.inner.gpu_locks.lock(spec.gpu);
+        let free: Vec<_> = self.read(|d| {
+            d.slices
+                .values()
+                .filter(|s| s.spec.gpu == spec.gpu && s.spec.kind.satisfies(&spec.kind))
+                .filter(|s| d.holder(s.id).is_none() && !d.in_flight(s.id))
+                .cloned()
+                .collect()
+        });
+        for s in free {
+            if lock(&self.inner.claims).contains(&s.id) {
+                continue;
+            }
+            let be = backend(s.spec.kind.backend());
+            if let Ok(Observed::Present(_)) = be.observe(self.host(), &s.spec, &s.identity) {
+                lock(&self.inner.claims).insert(s.id);
+                return Some(s.id);
+            }
+        }
+        None
+    }
+
+    /// Best effort: slices created for an allocation that did not happen go again.
+    fn destroy_unused(&self, created: &[SliceId]) {
+        for id in created {
+            let gpu = self.read(|d| d.slices.get(id).map(|s| s.spec.gpu));
+            if let Some(gpu) = gpu {
+                let _gpu = self.inner.gpu_locks.lock(gpu);
+                if let Err(e) = self.destroy_locked(*id) {
+                    tracing::warn!(slice = %id, error = %e, "cannot destroy a slice made for a failed allocation");
+                }
+            }
+        }
+    }
+
+    /// Releases an allocation; its slices stay, free for the next request (or a pending layout).
+    pub fn release(&self, id: AllocationId) -> Result<()> {
+        let gpus: Vec<PciAddress> = self
+            .read(|d| {
+                d.allocations.get(&id).map(|a| {
+                    a.slices
+                        .iter()
+                        .filter_map(|s| d.slices.get(s).map(|e| e.spec.gpu))
+                        .collect()
+                })
+            })
+            .ok_or_else(|| EngineError::NotFound(format!("allocation {id}")))?;
+        self.write(|d| d.allocations.remove(&id))?;
+        tracing::info!(allocation = %id, "released");
+        self.emit(Event::AllocationReleased { allocation: id });
+        // A layout waiting for these slices can go on now.
+        if let Err(e) = self.apply_layouts_on(&gpus) {
+            tracing::warn!(error = %e, "cannot apply layouts after a release");
+        }
+        Ok(())
+    }
+
+    /// Every allocation.
+    pub fn allocations(&self) -> Vec<Allocation> {
+        self.read(|d| d.allocations.values().cloned().collect())
+    }
+
+    /// One allocation.
+    pub fn allocation(&self, id: AllocationId) -> Result<Allocation> {
+        self.read(|d| d.allocations.get(&id).cloned())
+            .ok_or_else(|| EngineError::NotFound(format!("allocation {id}")))
+    }
+}
+
+fn check_request(req: &AllocationRequest) -> Result<()> {
+    check_text("consumer", &req.consumer)?;
+    if let Some(vm) = &req.vm {
+        check_text("VM", vm)?;
+    }
+    if let Some(k) = &req.request.idempotency_key {
+        check_text("idempotency key", k)?;
+    }
+    let n = req.request.count;
+    if n == 0 || n > MAX_COUNT {
+        return Err(EngineError::InvalidRequest(format!(
+            "count {n} is out of range 1..={MAX_COUNT}"
+        )));
+    }
+    Ok(())
+}
+
+/// The error for an allocation that found too few slices: `no_capacity` when every GPU was
+/// merely full (or occupied), else the first other failure.
+fn shortage(count: usize, got: usize, errors: Vec<EngineError>) -> EngineError {
+    let capacity_like =
+        |e: &EngineError| matches!(e, EngineError::NoCapacity(_) | EngineError::Conflict(_));
+    if let Some(pos) = errors.iter().position(|e| !capacity_like(e)) {
+        return errors
+            .into_iter()
+            .nth(pos)
+            .unwrap_or(EngineError::NoCapacity(String::new()));
+    }
+    let why: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    EngineError::NoCapacity(format!(
+        "found {got} of {count} slices ({})",
+        if why.is_empty() {
+            "nothing free".to_owned()
+        } else {
+            why.join("; ")
+        }
+    ))
+}

@@ -1,0 +1,326 @@
+//! mig: a GPU instance at an explicit start slot and one compute instance spanning it, through
+//! NVML. The engine always places instances itself: the driver's own placement is not
+//! fragmentation-aware.
+
+use gpu::{GpuInstance, GpuInstanceProfile, Nvml, Placement};
+use ids::{MigProfileName, PciAddress};
+
+use super::{Backend, Observed, wrong_identity};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::hostctx::Host;
+use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
+use crate::engine::placement::{choose_mig_start, overlaps};
+
+pub(crate) struct MigBackend;
+
+/// NVML, the GPU's index, and a check that MIG is on.
+fn mig_gpu(host: &Host, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
+    let dev = host.gpu(gpu)?;
+    if !Host::is_nvidia(&dev) {
+        return Err(EngineError::Unsupported(format!(
+            "GPU {gpu} is not an NVIDIA GPU"
+        )));
+    }
+    let nvml = host.nvml()?;
+    let index = host.nvml_index(gpu)?;
+    let mode = nvml
+        .mig_mode(index)
+        .map_err(|e| host.nvml_err(format!("cannot read the MIG mode of {gpu}"), gpu, e))?;
+    if !mode.current {
+        return Err(EngineError::Unsupported(format!(
+            "MIG is disabled on GPU {gpu}{}",
+            if mode.pending {
+                " (enabled after the next GPU reset)"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok((nvml, index))
+}
+
+/// The GPU-instance profile with this name on this GPU.
+pub(crate) fn profile_by_name(
+    host: &Host,
+    gpu: PciAddress,
+    name: &MigProfileName,
+) -> Result<GpuInstanceProfile> {
+    let (nvml, index) = mig_gpu(host, gpu)?;
+    let profiles = nvml
+        .gpu_instance_profiles(index)
+        .map_err(|e| host.nvml_err(format!("cannot list MIG profiles of {gpu}"), gpu, e))?;
+    let names: Vec<String> = profiles.iter().map(|p| p.name.to_string()).collect();
+    profiles
+        .into_iter()
+        .find(|p| &p.name == name)
+        .ok_or_else(|| {
+            EngineError::InvalidRequest(format!(
+                "GPU {gpu} has no MIG profile {name}; it offers {}",
+                names.join(", ")
+            ))
+        })
+}
+
+fn placements(host: &Host, gpu: PciAddress, index: u32, profile: u32) -> Result<Vec<Placement>> {
+    host.nvml()?
+        .gpu_instance_possible_placements(index, profile)
+        .map_err(|e| host.nvml_err(format!("cannot list MIG placements on {gpu}"), gpu, e))
+}
+
+fn instances(host: &Host, gpu: PciAddress, index: u32) -> Result<Vec<GpuInstance>> {
+    host.nvml()?
+        .gpu_instances(index)
+        .map_err(|e| host.nvml_err(format!("cannot list MIG instances of {gpu}"), gpu, e))
+}
+
+/// The memory-slice size of each reserved MIG identity on the GPU, as placements.
+fn mig_sizes(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<Placement>> {
+    let mut out = Vec::new();
+    for id in reserved {
+        if let Identity::Mig { start, profile } = id {
+            let p = profile_by_name(host, gpu, profile)?;
+            let (_, index) = mig_gpu(host, gpu)?;
+            let size = placements(host, gpu, index, p.id)?
+                .first()
+                .map_or(1, |pl| pl.size);
+            out.push(Placement {
+                start: *start,
+                size,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn spec_parts(spec: &SliceSpec) -> Result<(&MigProfileName, Option<u32>)> {
+    match &spec.kind {
+        SliceKind::Mig { profile, start } => Ok((profile, *start)),
+        other => Err(EngineError::InvalidRequest(format!(
+            "{other} is not a MIG slice"
+        ))),
+    }
+}
+
+fn id_parts(id: &Identity) -> Result<(u32, &MigProfileName)> {
+    match id {
+        Identity::Mig { start, profile } => Ok((*start, profile)),
+        other => Err(wrong_identity(BackendKind::Mig, other)),
+    }
+}
+
+/// The GPU instance at `start`, if any.
+fn at_start(host: &Host, gpu: PciAddress, index: u32, start: u32) -> Result<Option<GpuInstance>> {
+    Ok(instances(host, gpu, index)?
+        .into_iter()
+        .find(|g| g.placement.start == start))
+}
+
+/// Compute instances of a GPU instance.
+fn cis(host: &Host, gpu: PciAddress, index: u32, gi: u32) -> Result<Vec<gpu::ComputeInstance>> {
+    host.nvml()?.compute_instances(index, gi).map_err(|e| {
+        host.nvml_err(
+            format!("cannot list compute instances of {gpu} GI {gi}"),
+            gpu,
+            e,
+        )
+    })
+}
+
+/// Creates one compute instance spanning the whole GPU instance.
+fn create_ci(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    gi: &GpuInstance,
+    slices: u32,
+) -> Result<u32> {
+    let nvml = host.nvml()?;
+    let profiles = nvml.compute_instance_profiles(index, gi.id).map_err(|e| {
+        host.nvml_err(
+            format!("cannot list compute profiles of {gpu} GI {}", gi.id),
+            gpu,
+            e,
+        )
+    })?;
+    let full = profiles
+        .iter()
+        .filter(|p| p.slice_count <= slices)
+        .max_by_key(|p| p.slice_count)
+        .ok_or_else(|| {
+            EngineError::Unsupported(format!("GPU {gpu} GI {} offers no compute profile", gi.id))
+        })?;
+    nvml.create_compute_instance(index, gi.id, full.id)
+        .map(|ci| ci.id)
+        .map_err(|e| {
+            host.nvml_err(
+                format!("cannot create a compute instance in {gpu} GI {}", gi.id),
+                gpu,
+                e,
+            )
+        })
+}
+
+fn present(gi: &GpuInstance, ci: Option<u32>) -> Observed {
+    Observed::Present(Handles {
+        gpu_instance_id: Some(gi.id),
+        compute_instance_id: ci,
+        ..Handles::default()
+    })
+}
+
+impl Backend for MigBackend {
+    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+        let (name, start) = spec_parts(spec)?;
+        let profile = profile_by_name(host, spec.gpu, name)?;
+        if let Some(s) = start {
+            let (_, index) = mig_gpu(host, spec.gpu)?;
+            if !placements(host, spec.gpu, index, profile.id)?
+                .iter()
+                .any(|p| p.start == s)
+            {
+                return Err(EngineError::InvalidRequest(format!(
+                    "MIG profile {name} cannot start at slot {s} on GPU {}",
+                    spec.gpu
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+        self.validate(host, spec)?;
+        let (name, start) = spec_parts(spec)?;
+        let profile = profile_by_name(host, spec.gpu, name)?;
+        let (_, index) = mig_gpu(host, spec.gpu)?;
+        let mut occupied: Vec<Placement> = instances(host, spec.gpu, index)?
+            .iter()
+            .map(|g| g.placement)
+            .collect();
+        occupied.extend(mig_sizes(host, spec.gpu, reserved)?);
+        let allowed = placements(host, spec.gpu, index, profile.id)?;
+        let chosen = match start {
+            Some(s) => {
+                let p = allowed.iter().find(|p| p.start == s).copied();
+                match p {
+                    Some(p) if occupied.iter().all(|o| !overlaps(&p, o)) => Some(p),
+                    _ => {
+                        return Err(EngineError::Conflict(format!(
+                            "slot {s} on GPU {} is occupied",
+                            spec.gpu
+                        )));
+                    }
+                }
+            }
+            None => choose_mig_start(&allowed, &occupied),
+        };
+        let p = chosen.ok_or_else(|| {
+            EngineError::NoCapacity(format!("GPU {} has no free placement for {name}", spec.gpu))
+        })?;
+        Ok(Identity::Mig {
+            start: p.start,
+            profile: name.clone(),
+        })
+    }
+
+    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+        let (start, name) = id_parts(id)?;
+        let profile = profile_by_name(host, spec.gpu, name)?;
+        let (nvml, index) = mig_gpu(host, spec.gpu)?;
+        let gi = match at_start(host, spec.gpu, index, start)? {
+            Some(gi) if gi.profile_id == profile.id => gi,
+            Some(gi) => {
+                return Err(EngineError::Conflict(format!(
+                    "slot {start} on GPU {} holds GPU instance {} of another profile",
+                    spec.gpu, gi.id
+                )));
+            }
+            None => {
+                let size = placements(host, spec.gpu, index, profile.id)?
+                    .iter()
+                    .find(|p| p.start == start)
+                    .map(|p| p.size)
+                    .ok_or_else(|| {
+                        EngineError::Conflict(format!("{name} cannot start at slot {start}"))
+                    })?;
+                nvml.create_gpu_instance(index, profile.id, Placement { start, size })
+                    .map_err(|e| {
+                        host.nvml_err(
+                            format!("cannot create MIG {name} at slot {start} on {}", spec.gpu),
+                            spec.gpu,
+                            e,
+                        )
+                    })?
+            }
+        };
+        if let Some(ci) = cis(host, spec.gpu, index, gi.id)?.first() {
+            return Ok(Handles {
+                gpu_instance_id: Some(gi.id),
+                compute_instance_id: Some(ci.id),
+                ..Handles::default()
+            });
+        }
+        match create_ci(host, spec.gpu, index, &gi, profile.slice_count) {
+            Ok(ci) => Ok(Handles {
+                gpu_instance_id: Some(gi.id),
+                compute_instance_id: Some(ci),
+                ..Handles::default()
+            }),
+            Err(e) => {
+                // Leave nothing half-made: the GPU instance goes with its failed compute instance.
+                if let Err(undo) = nvml.destroy_gpu_instance(index, gi.id) {
+                    tracing::warn!(gpu = %spec.gpu, gi = gi.id, error = %undo, "cannot undo GPU instance");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+        let (start, name) = id_parts(id)?;
+        let profile = profile_by_name(host, spec.gpu, name)?;
+        let (nvml, index) = mig_gpu(host, spec.gpu)?;
+        let Some(gi) = at_start(host, spec.gpu, index, start)? else {
+            return Ok(());
+        };
+        if gi.profile_id != profile.id {
+            return Err(EngineError::Conflict(format!(
+                "slot {start} on GPU {} holds GPU instance {} of another profile; it is not ours to remove",
+                spec.gpu, gi.id
+            )));
+        }
+        let gpu = spec.gpu;
+        for ci in cis(host, gpu, index, gi.id)? {
+            nvml.destroy_compute_instance(index, gi.id, ci.id)
+                .map_err(|e| {
+                    host.nvml_err(
+                        format!(
+                            "cannot destroy compute instance {} of {gpu} GI {}",
+                            ci.id, gi.id
+                        ),
+                        gpu,
+                        e,
+                    )
+                })?;
+        }
+        nvml.destroy_gpu_instance(index, gi.id)
+            .map_err(|e| host.nvml_err(format!("cannot destroy {gpu} GI {}", gi.id), gpu, e))
+    }
+
+    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+        let (start, name) = id_parts(id)?;
+        let profile = profile_by_name(host, spec.gpu, name)?;
+        let (_, index) = mig_gpu(host, spec.gpu)?;
+        Ok(match at_start(host, spec.gpu, index, start)? {
+            None => Observed::Absent,
+            Some(gi) if gi.profile_id != profile.id => Observed::Changed(format!(
+                "slot {start} holds GPU instance {} of another profile",
+                gi.id
+            )),
+            Some(gi) => match cis(host, spec.gpu, index, gi.id)?.first() {
+                // A GPU instance without its compute instance: realize completes it.
+                None => Observed::Absent,
+                Some(ci) => present(&gi, Some(ci.id)),
+            },
+        })
+    }
+}

@@ -1,0 +1,68 @@
+//! One small module per slicing mechanism, behind one trait.
+//!
+//! A backend composes the primitive operations of `vfio`, `mdev` and `gpu`; it holds no state.
+//! Every operation is given the slice's spec and identity: `plan` picks an identity without
+//! touching the host, `realize` makes exactly that identity exist (already there: fine),
+//! `destroy` removes it (already gone: fine; in use: `Busy`; something else in its place:
+//! `Conflict`, never removed), `observe` says whether it is there.
+
+mod mdev;
+mod mig;
+mod nvidia_vfio;
+mod passthrough;
+mod sriov_vf;
+
+use super::error::Result;
+use super::hostctx::Host;
+use super::model::{BackendKind, Handles, Identity, SliceSpec};
+
+/// What the host shows for a slice's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Observed {
+    /// It is there, with these handles.
+    Present(Handles),
+    /// It is not there (realize would make it).
+    Absent,
+    /// Something else occupies its place; the reason says what.
+    Changed(String),
+}
+
+/// One slicing mechanism.
+pub(crate) trait Backend: Sync {
+    /// Checks that the GPU can make this kind at all (type offered, mode on), touching nothing.
+    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()>;
+    /// Chooses an identity for a new slice, avoiding `reserved` (identities owned on this GPU,
+    /// present or not).
+    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity>;
+    /// Makes the identity exist.
+    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles>;
+    /// Removes the identity.
+    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()>;
+    /// Looks at the identity on the host.
+    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed>;
+}
+
+/// The backend for a kind.
+pub(crate) fn backend(kind: BackendKind) -> &'static dyn Backend {
+    match kind {
+        BackendKind::Mdev => &mdev::MdevBackend,
+        BackendKind::NvidiaVfio => &nvidia_vfio::NvidiaVfioBackend,
+        BackendKind::SriovVf => &sriov_vf::SriovVfBackend,
+        BackendKind::Mig => &mig::MigBackend,
+        BackendKind::Passthrough => &passthrough::PassthroughBackend,
+    }
+}
+
+/// Whether the kind lives on a VF (whose PF needs SR-IOV enabled first).
+pub(crate) fn needs_vfs(kind: BackendKind) -> bool {
+    matches!(kind, BackendKind::NvidiaVfio | BackendKind::SriovVf)
+}
+
+pub(crate) use mig::profile_by_name;
+
+/// An identity of the wrong kind for the backend: a bug or a hand-edited store.
+pub(crate) fn wrong_identity(kind: BackendKind, id: &Identity) -> super::error::EngineError {
+    super::error::EngineError::Conflict(format!(
+        "identity {id:?} does not belong to a {kind} slice (was the state file edited?)"
+    ))
+}

@@ -1,0 +1,79 @@
+//! Events the engine broadcasts to subscribers (the daemon's D-Bus signals, logs, metrics).
+
+use ids::PciAddress;
+use serde::{Deserialize, Serialize};
+
+use super::layout::LayoutState;
+use super::model::{AllocationId, BackendKind, SliceId};
+
+/// Something that happened to slices, allocations or layouts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A slice was created (or re-created after the host lost it).
+    SliceCreated {
+        /// The slice.
+        slice: SliceId,
+        /// Its GPU.
+        gpu: PciAddress,
+        /// Its backend.
+        backend: BackendKind,
+    },
+    /// A slice was destroyed.
+    SliceDestroyed {
+        /// The slice.
+        slice: SliceId,
+        /// Its GPU.
+        gpu: PciAddress,
+    },
+    /// Slices were allocated to a consumer.
+    AllocationCreated {
+        /// The allocation.
+        allocation: AllocationId,
+        /// The consumer.
+        consumer: String,
+        /// The slices.
+        slices: Vec<SliceId>,
+    },
+    /// An allocation was released.
+    AllocationReleased {
+        /// The allocation.
+        allocation: AllocationId,
+    },
+    /// An owned slice was changed or removed behind vgpud's back.
+    Drift {
+        /// The slice.
+        slice: SliceId,
+        /// Its GPU.
+        gpu: PciAddress,
+        /// What was found, and what vgpud did.
+        reason: String,
+    },
+    /// A slice vgpud did not create was found (it is left alone).
+    ForeignFound {
+        /// The GPU.
+        gpu: PciAddress,
+        /// What it is.
+        slice: String,
+    },
+    /// A GPU's layout status changed.
+    LayoutStatus {
+        /// The GPU.
+        gpu: PciAddress,
+        /// Its status.
+        state: LayoutState,
+        /// Why, when not applied.
+        reasons: Vec<String>,
+    },
+    /// A reconcile pass finished.
+    ReconcileDone {
+        /// Owned slices re-created.
+        recreated: usize,
+        /// Intents finished or rolled back.
+        intents_resolved: usize,
+        /// Owned slices in the failed state.
+        failed: usize,
+        /// Foreign slices seen.
+        foreign: usize,
+    },
+}

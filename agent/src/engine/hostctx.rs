@@ -1,0 +1,155 @@
+//! The host as the engine sees it: sysfs plus the time-bounded vendor libraries, with the
+//! lookups every backend needs (is this a GPU, its NVML index, its VFs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu::{AmdSmi, Nvml};
+use ids::{PciAddress, PciVendorId};
+use inventory::HostAccess;
+use sysfs::Sysfs;
+
+use super::error::{EngineError, Result};
+use super::vendor::{Runner, TimedAmd, TimedNvml};
+
+/// Host access with every vendor call time-bounded.
+#[derive(Debug, Clone)]
+pub(crate) struct Host {
+    pub(crate) fs: Arc<dyn Sysfs>,
+    nvml: Option<Arc<dyn Nvml>>,
+    amd: Option<Arc<dyn AmdSmi>>,
+    /// The same, in the form discovery takes.
+    pub(crate) access: HostAccess,
+    pub(crate) runner: Arc<Runner>,
+}
+
+impl Host {
+    pub(crate) fn new(access: HostAccess, timeout: Duration) -> Self {
+        let runner = Runner::new(timeout);
+        let nvml = access
+            .nvml
+            .as_ref()
+            .ok()
+            .map(|n| Arc::new(TimedNvml::new(n.clone(), runner.clone())) as Arc<dyn Nvml>);
+        let amd =
+            access.amd.as_ref().ok().map(|(a, _)| {
+                Arc::new(TimedAmd::new(a.clone(), runner.clone())) as Arc<dyn AmdSmi>
+            });
+        let timed = HostAccess {
+            source: access.source.clone(),
+            sysfs: access.sysfs.clone(),
+            nvml: match (&nvml, &access.nvml) {
+                (Some(n), _) => Ok(n.clone()),
+                (None, Err(why)) => Err(why.clone()),
+                (None, Ok(_)) => Err("unavailable".to_owned()),
+            },
+            amd: match (&amd, &access.amd) {
+                (Some(a), Ok((_, backend))) => Ok((a.clone(), backend.clone())),
+                (_, Err(why)) => Err(why.clone()),
+                (None, Ok(_)) => Err("unavailable".to_owned()),
+            },
+            hostname: access.hostname.clone(),
+        };
+        Self {
+            fs: access.sysfs.clone(),
+            nvml,
+            amd,
+            access: timed,
+            runner,
+        }
+    }
+
+    pub(crate) fn fs(&self) -> &dyn Sysfs {
+        self.fs.as_ref()
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.runner.timeout()
+    }
+
+    /// NVML, or `Unsupported` naming why the host has none.
+    pub(crate) fn nvml(&self) -> Result<&dyn Nvml> {
+        match (&self.nvml, &self.access.nvml) {
+            (Some(n), _) => Ok(n.as_ref()),
+            (None, Err(why)) => Err(EngineError::Unsupported(format!(
+                "NVML is not available on this host ({why})"
+            ))),
+            (None, Ok(_)) => Err(EngineError::Unsupported("NVML is not available".into())),
+        }
+    }
+
+    /// AMD SMI (or its sysfs backend), when present.
+    pub(crate) fn amd(&self) -> Option<&dyn AmdSmi> {
+        self.amd.as_deref()
+    }
+
+    /// Maps an NVML failure on `gpu` to an engine error.
+    pub(crate) fn nvml_err(
+        &self,
+        context: String,
+        gpu: PciAddress,
+        e: gpu::NvmlError,
+    ) -> EngineError {
+        EngineError::from_nvml(context, gpu, self.timeout(), e)
+    }
+
+    /// NVML's index of the GPU.
+    pub(crate) fn nvml_index(&self, gpu: PciAddress) -> Result<u32> {
+        let nvml = self.nvml()?;
+        let count = nvml
+            .device_count()
+            .map_err(|e| self.nvml_err("cannot count NVML devices".into(), gpu, e))?;
+        for index in 0..count {
+            match nvml.device_info(index) {
+                Ok(info) if info.pci_address == gpu => return Ok(index),
+                Ok(_) => {}
+                Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
+                    return Err(self.nvml_err(format!("NVML device {index}"), gpu, e));
+                }
+                // Another GPU that cannot be read does not hide this one.
+                Err(_) => {}
+            }
+        }
+        Err(EngineError::Unsupported(format!(
+            "NVML does not see GPU {gpu}"
+        )))
+    }
+
+    /// The PCI function, which must exist.
+    pub(crate) fn pci(&self, addr: PciAddress) -> Result<vfio::PciDevice> {
+        vfio::read_device(self.fs(), addr).map_err(|e| match e {
+            vfio::VfioError::DeviceNotFound(a) => {
+                EngineError::NotFound(format!("PCI device {a} is not present"))
+            }
+            e => EngineError::from_vfio(format!("cannot read PCI device {addr}"), e),
+        })
+    }
+
+    /// The GPU (a physical function with a GPU class), or why `addr` is not one.
+    pub(crate) fn gpu(&self, addr: PciAddress) -> Result<vfio::PciDevice> {
+        let dev = self.pci(addr).map_err(|e| match e {
+            EngineError::NotFound(_) => EngineError::NotFound(format!("GPU {addr} is not present")),
+            e => e,
+        })?;
+        if !dev.is_gpu() || dev.is_vf() {
+            return Err(EngineError::InvalidRequest(format!(
+                "{addr} is not a GPU (physical function)"
+            )));
+        }
+        Ok(dev)
+    }
+
+    /// The GPU's VFs as `(index, address)`, in index order; empty without SR-IOV.
+    pub(crate) fn vfs(&self, gpu: PciAddress) -> Result<Vec<(u32, PciAddress)>> {
+        let dev = self.pci(gpu)?;
+        Ok(dev
+            .sriov
+            .map(|s| (0u32..).zip(s.vfs).collect())
+            .unwrap_or_default())
+    }
+
+    /// Whether the GPU is NVIDIA's.
+    pub(crate) fn is_nvidia(dev: &vfio::PciDevice) -> bool {
+        dev.vendor == PciVendorId::NVIDIA
+    }
+}

@@ -1,0 +1,58 @@
+//! Per-GPU serialisation and per-idempotency-key serialisation.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::sync::{Condvar, Mutex};
+
+use ids::PciAddress;
+
+use super::lock;
+
+/// A set of held keys; taking a held key waits for its release. Not re-entrant.
+#[derive(Debug)]
+pub(crate) struct KeySet<K: Eq + Hash> {
+    held: Mutex<HashSet<K>>,
+    released: Condvar,
+}
+
+impl<K: Eq + Hash> Default for KeySet<K> {
+    fn default() -> Self {
+        Self {
+            held: Mutex::new(HashSet::new()),
+            released: Condvar::new(),
+        }
+    }
+}
+
+/// Holds one key of a [`KeySet`] until dropped.
+#[derive(Debug)]
+pub(crate) struct KeyGuard<'a, K: Eq + Hash + Clone> {
+    set: &'a KeySet<K>,
+    key: K,
+}
+
+impl<K: Eq + Hash + Clone> KeySet<K> {
+    pub(crate) fn lock(&self, key: K) -> KeyGuard<'_, K> {
+        let mut held = lock(&self.held);
+        while held.contains(&key) {
+            held = self
+                .released
+                .wait(held)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        held.insert(key.clone());
+        KeyGuard { set: self, key }
+    }
+}
+
+impl<K: Eq + Hash + Clone> Drop for KeyGuard<'_, K> {
+    fn drop(&mut self) {
+        lock(&self.set.held).remove(&self.key);
+        self.set.released.notify_all();
+    }
+}
+
+/// One lock per GPU: operations on a GPU are serialised, different GPUs run in parallel.
+pub(crate) type GpuLocks = KeySet<PciAddress>;
+/// One lock per (consumer, idempotency key): a retry waits for the first attempt.
+pub(crate) type KeyLocks = KeySet<(String, String)>;

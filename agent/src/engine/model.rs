@@ -1,0 +1,378 @@
+//! The slice model: what the engine creates, keeps and hands out, in its serde (JSON) form.
+//!
+//! A [`Slice`] joins what the store remembers (id, spec, identity, owner) with what the host
+//! shows now (handles, NUMA node, state). Identities are chosen once, before the first host
+//! mutation, and never change: they are what makes re-creation after a reboot land on the same
+//! mdev UUID, the same VF and the same MIG placement.
+
+use std::fmt;
+use std::str::FromStr;
+
+use ids::{IommuGroupId, MdevTypeId, MdevUuid, MigProfileName, NumaNodeId, PciAddress, VgpuTypeId};
+use serde::{Deserialize, Serialize};
+
+/// Defines a UUID-v4 identifier that only accepts its canonical (hyphenated lower-case) form.
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(uuid::Uuid);
+
+        impl $name {
+            /// A fresh random id.
+            pub fn new_random() -> Self {
+                Self(uuid::Uuid::new_v4())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                let shown: String = s.chars().take(64).collect();
+                let u = uuid::Uuid::try_parse(s)
+                    .map_err(|e| format!("invalid {} {shown:?}: {e}", $what))?;
+                // Ids become map keys and appear in logs: one spelling only.
+                if u.hyphenated().to_string() != s {
+                    return Err(format!(
+                        "invalid {} {shown:?}: write it as {}",
+                        $what,
+                        u.hyphenated()
+                    ));
+                }
+                if u.is_nil() {
+                    return Err(format!("invalid {} {shown:?}: the nil UUID", $what));
+                }
+                Ok(Self(u))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0.hyphenated())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// A slice's id: a UUID v4, canonical form, stable forever (across re-creations).
+    SliceId,
+    "slice id"
+);
+uuid_id!(
+    /// An allocation's id.
+    AllocationId,
+    "allocation id"
+);
+
+/// The mechanism a slice is made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// A mediated device of a type on the GPU.
+    Mdev,
+    /// NVIDIA vendor-specific VFIO vGPU: a vGPU type on one of the GPU's VFs.
+    NvidiaVfio,
+    /// A plain SR-IOV VF bound to vfio-pci.
+    SriovVf,
+    /// A MIG GPU instance with one compute instance spanning it.
+    Mig,
+    /// The whole GPU bound to vfio-pci.
+    Passthrough,
+}
+
+impl BackendKind {
+    /// The kebab-case name used in JSON and messages.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BackendKind::Mdev => "mdev",
+            BackendKind::NvidiaVfio => "nvidia-vfio",
+            BackendKind::SriovVf => "sriov-vf",
+            BackendKind::Mig => "mig",
+            BackendKind::Passthrough => "passthrough",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What kind of slice, with its backend's parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "backend", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SliceKind {
+    /// An mdev of this type.
+    Mdev {
+        /// The type id, e.g. `nvidia-222`.
+        type_id: MdevTypeId,
+    },
+    /// A vendor-VFIO vGPU of this type.
+    NvidiaVfio {
+        /// The vGPU type id written to `current_vgpu_type`.
+        vgpu_type: VgpuTypeId,
+    },
+    /// A VF for a VM.
+    SriovVf,
+    /// A MIG instance of this profile, at `start` or where the engine chooses.
+    Mig {
+        /// The GPU-instance profile, e.g. `3g.40gb`.
+        profile: MigProfileName,
+        /// The start slot; `None` lets the engine choose.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<u32>,
+    },
+    /// The whole GPU.
+    Passthrough,
+}
+
+impl SliceKind {
+    /// The backend that makes this kind.
+    pub fn backend(&self) -> BackendKind {
+        match self {
+            SliceKind::Mdev { .. } => BackendKind::Mdev,
+            SliceKind::NvidiaVfio { .. } => BackendKind::NvidiaVfio,
+            SliceKind::SriovVf => BackendKind::SriovVf,
+            SliceKind::Mig { .. } => BackendKind::Mig,
+            SliceKind::Passthrough => BackendKind::Passthrough,
+        }
+    }
+
+    /// Whether a slice of kind `self` satisfies a request for `wanted` (a MIG request without a
+    /// start matches any start).
+    pub fn satisfies(&self, wanted: &SliceKind) -> bool {
+        match (self, wanted) {
+            (
+                SliceKind::Mig { profile, start },
+                SliceKind::Mig {
+                    profile: p,
+                    start: s,
+                },
+            ) => profile == p && (s.is_none() || s == start),
+            _ => self == wanted,
+        }
+    }
+}
+
+impl fmt::Display for SliceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SliceKind::Mdev { type_id } => write!(f, "mdev {type_id}"),
+            SliceKind::NvidiaVfio { vgpu_type } => write!(f, "vGPU type {vgpu_type}"),
+            SliceKind::SriovVf => f.write_str("VF"),
+            SliceKind::Mig {
+                profile,
+                start: Some(s),
+            } => write!(f, "MIG {profile} at slot {s}"),
+            SliceKind::Mig { profile, .. } => write!(f, "MIG {profile}"),
+            SliceKind::Passthrough => f.write_str("whole GPU"),
+        }
+    }
+}
+
+/// What to make, and on which GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SliceSpec {
+    /// The GPU (physical function).
+    pub gpu: PciAddress,
+    /// What kind of slice.
+    pub kind: SliceKind,
+}
+
+/// What makes a re-created slice the same slice: chosen at planning, stored, never changed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Identity {
+    /// The mdev's UUID.
+    Mdev {
+        /// The UUID.
+        uuid: MdevUuid,
+    },
+    /// A VF: its index under the PF (`virtfn<index>`) and its address.
+    Vf {
+        /// The VF index; re-enabling at least `index + 1` VFs brings the same address back.
+        index: u32,
+        /// The VF's PCI address.
+        address: PciAddress,
+    },
+    /// A MIG GPU instance's placement.
+    Mig {
+        /// The start slot.
+        start: u32,
+        /// The profile.
+        profile: MigProfileName,
+    },
+    /// A whole GPU, and the driver to give it back to.
+    Passthrough {
+        /// The driver bound before vfio-pci took it (`None`: it was unbound).
+        original_driver: Option<String>,
+    },
+}
+
+/// Host handles of a slice as the host shows them now (read, never stored).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handles {
+    /// The mdev UUID, for an mdev.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mdev_uuid: Option<MdevUuid>,
+    /// The PCI function handed to the VM (a VF, or the GPU itself for passthrough).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<PciAddress>,
+    /// MIG GPU instance id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    /// MIG compute instance id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
+    /// The IOMMU group (`/dev/vfio/<n>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vfio_group: Option<IommuGroupId>,
+}
+
+/// Who holds a slice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// The consumer (e.g. a Nova instance id, a tenant).
+    pub consumer: String,
+    /// The VM, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// The allocation that holds it.
+    pub allocation: AllocationId,
+}
+
+/// Where a slice is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SliceState {
+    /// Being made (an intent is open).
+    Creating,
+    /// Present on the host and free.
+    Ready,
+    /// Present and held by an allocation.
+    Allocated,
+    /// Being destroyed (an intent is open).
+    Releasing,
+    /// Not as it should be on the host; `reason` says why.
+    Failed,
+}
+
+/// One slice vgpud owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slice {
+    /// Its id.
+    pub id: SliceId,
+    /// What it is.
+    pub spec: SliceSpec,
+    /// What makes it the same slice on re-creation.
+    pub identity: Identity,
+    /// Host handles now.
+    pub handles: Handles,
+    /// The GPU's NUMA node, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<NumaNodeId>,
+    /// The holder, when allocated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+    /// Its state.
+    pub state: SliceState,
+    /// Why it is in that state, when it is not the obvious one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A request to create one slice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSlice {
+    /// What to make.
+    pub spec: SliceSpec,
+    /// Hand it to this consumer at once (one allocation holding it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerRequest>,
+}
+
+/// A consumer and VM, for a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerRequest {
+    /// The consumer.
+    pub consumer: String,
+    /// The VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+}
+
+/// What to allocate: a type, how many, where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SliceRequest {
+    /// A MIG profile name (`3g.40gb`), an mdev type id (`nvidia-222`), a vendor vGPU type name
+    /// (`NVIDIA H200X-35C`) or id, `vf` or `gpu`.
+    #[serde(rename = "type")]
+    pub slice_type: String,
+    /// How many slices (all or none).
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Only this GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<PciAddress>,
+    /// A retry with the same key (and consumer) returns the same allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A request to allocate slices to a consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocationRequest {
+    /// The consumer.
+    pub consumer: String,
+    /// The VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// What to allocate.
+    pub request: SliceRequest,
+}
+
+/// Slices held by a consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Its id.
+    pub id: AllocationId,
+    /// The consumer.
+    pub consumer: String,
+    /// The VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// The slices it holds.
+    pub slices: Vec<SliceId>,
+    /// The requested type, as asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice_type: Option<String>,
+    /// The idempotency key it was made with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// When it was made, seconds since the Unix epoch.
+    pub created: u64,
+}

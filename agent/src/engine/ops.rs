@@ -1,0 +1,252 @@
+//! Creating and destroying one slice, with the intent protocol that makes both crash-safe.
+//!
+//! Create: (enable VFs under an intent without identity, if the GPU has none) → plan → write
+//! the intent with the chosen identity → realize → commit the ledger entry and close the intent
+//! in one write. Destroy: write the intent → destroy → remove the entry and close the intent in
+//! one write. A failure undoes what the operation did; a vendor timeout leaves the intent for the
+//! reconciler, because the abandoned call may still complete.
+
+use super::backend::{backend, needs_vfs};
+use super::error::{EngineError, Result};
+use super::events::Event;
+use super::model::{Allocation, AllocationId, CreateSlice, Identity, Slice, SliceId, SliceSpec};
+use super::state::{Intent, OwnedSlice, now};
+use super::{Engine, lock, vfs};
+
+/// The longest consumer, VM or key string accepted (they end up in logs and the store).
+pub(crate) const MAX_TEXT: usize = 256;
+
+/// Checks a client-supplied string: non-empty, bounded, printable.
+pub(crate) fn check_text(what: &str, value: &str) -> Result<()> {
+    let bad = |why: &str| {
+        let shown: String = value.chars().take(64).collect();
+        Err(EngineError::InvalidRequest(format!(
+            "{what} {shown:?} {why}"
+        )))
+    };
+    if value.is_empty() {
+        return bad("is empty");
+    }
+    if value.len() > MAX_TEXT {
+        return bad(&format!("is longer than {MAX_TEXT} bytes"));
+    }
+    if value.chars().any(char::is_control) {
+        return bad("contains control characters");
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Creates one slice (explicit placement when the spec gives one), optionally handing it to a
+    /// consumer at once. Bad input is refused before anything is touched.
+    pub fn create_slice(&self, req: CreateSlice) -> Result<Slice> {
+        if let Some(o) = &req.owner {
+            check_text("consumer", &o.consumer)?;
+            if let Some(vm) = &o.vm {
+                check_text("VM", vm)?;
+            }
+        }
+        let entry = {
+            let _gpu = self.inner.gpu_locks.lock(req.spec.gpu);
+            let entry = self.create_locked(&req.spec, None)?;
+            if req.owner.is_some() {
+                lock(&self.inner.claims).insert(entry.id);
+            }
+            entry
+        };
+        if let Some(owner) = req.owner {
+            let alloc = Allocation {
+                id: AllocationId::new_random(),
+                consumer: owner.consumer,
+                vm: owner.vm,
+                slices: vec![entry.id],
+                slice_type: None,
+                idempotency_key: None,
+                created: now(),
+            };
+            let written = self.write(|d| d.allocations.insert(alloc.id, alloc.clone()));
+            lock(&self.inner.claims).remove(&entry.id);
+            written?;
+            self.emit(Event::AllocationCreated {
+                allocation: alloc.id,
+                consumer: alloc.consumer.clone(),
+                slices: alloc.slices.clone(),
+            });
+        }
+        self.slice(entry.id)
+    }
+
+    /// Validates and creates a slice; the caller holds the GPU's lock.
+    pub(crate) fn create_locked(
+        &self,
+        spec: &SliceSpec,
+        preset: Option<Identity>,
+    ) -> Result<OwnedSlice> {
+        let host = self.host();
+        host.gpu(spec.gpu)?;
+        let be = backend(spec.kind.backend());
+        be.validate(host, spec)?;
+        let mut intent = None;
+        let mut enabled_vfs = false;
+        if needs_vfs(spec.kind.backend()) && host.vfs(spec.gpu)?.is_empty() {
+            let open = Intent::Create {
+                gpu: spec.gpu,
+                slice: None,
+                enabled_vfs: true,
+            };
+            let n = self.write(|d| d.open_intent(open))?;
+            intent = Some(n);
+            if let Err(e) = vfs::enable(host, spec.gpu, 1) {
+                return Err(self.fail_create(intent, e, spec, None, true));
+            }
+            enabled_vfs = true;
+        }
+        let reserved = self.read(|d| d.reserved(spec.gpu));
+        let identity = match preset.map_or_else(|| be.plan(host, spec, &reserved), Ok) {
+            Ok(i) => i,
+            Err(e) => return Err(self.fail_create(intent, e, spec, None, enabled_vfs)),
+        };
+        let entry = OwnedSlice {
+            id: SliceId::new_random(),
+            spec: spec.clone(),
+            identity,
+            created: now(),
+        };
+        let open = Intent::Create {
+            gpu: spec.gpu,
+            slice: Some(entry.clone()),
+            enabled_vfs,
+        };
+        let n = match self.write(|d| match intent {
+            Some(n) => {
+                d.intents.insert(n, open);
+                n
+            }
+            None => d.open_intent(open),
+        }) {
+            Ok(n) => n,
+            Err(e) => return Err(self.fail_create(intent, e, spec, None, enabled_vfs)),
+        };
+        if let Err(e) = be.realize(host, spec, &entry.identity) {
+            return Err(self.fail_create(Some(n), e, spec, Some(&entry.identity), enabled_vfs));
+        }
+        // The host has it: ownership and the closed intent go in one write.
+        let committed = self.write(|d| {
+            d.intents.remove(&n);
+            d.slices.insert(entry.id, entry.clone());
+        });
+        if let Err(e) = committed {
+            return Err(self.fail_create(Some(n), e, spec, Some(&entry.identity), enabled_vfs));
+        }
+        self.set_failure(entry.id, None);
+        tracing::info!(slice = %entry.id, gpu = %spec.gpu, kind = %spec.kind, "slice created");
+        self.emit(Event::SliceCreated {
+            slice: entry.id,
+            gpu: spec.gpu,
+            backend: spec.kind.backend(),
+        });
+        Ok(entry)
+    }
+
+    /// Undoes a failed create and closes its intent; returns the original error. After a vendor
+    /// timeout the intent stays open: the abandoned call may still complete, and the reconciler
+    /// rolls it back once the GPU answers again.
+    fn fail_create(
+        &self,
+        intent: Option<u64>,
+        err: EngineError,
+        spec: &SliceSpec,
+        identity: Option<&Identity>,
+        enabled_vfs: bool,
+    ) -> EngineError {
+        if matches!(err, EngineError::Timeout { .. }) {
+            return err;
+        }
+        match self.undo_create(spec, identity, enabled_vfs) {
+            Ok(()) => {
+                if let Some(n) = intent
+                    && let Err(e) = self.write(|d| d.intents.remove(&n))
+                {
+                    tracing::warn!(error = %e, "cannot close a rolled-back intent; reconcile will");
+                }
+            }
+            Err(undo) => {
+                tracing::warn!(gpu = %spec.gpu, error = %undo, "rollback failed; the next reconcile retries it");
+            }
+        }
+        err
+    }
+
+    /// Destroys what a create made (its identity is ours) and turns VFs it enabled off again
+    /// when nothing else uses them.
+    pub(crate) fn undo_create(
+        &self,
+        spec: &SliceSpec,
+        identity: Option<&Identity>,
+        enabled_vfs: bool,
+    ) -> Result<()> {
+        let host = self.host();
+        if let Some(id) = identity {
+            backend(spec.kind.backend()).destroy(host, spec, id)?;
+        }
+        if enabled_vfs && vfs::disable_if_unused(host, spec.gpu, &[])? {
+            tracing::info!(gpu = %spec.gpu, "VFs enabled for a failed create were disabled again");
+        }
+        Ok(())
+    }
+
+    /// Destroys an owned slice. Refused while allocated (`conflict`) or while a VM uses it
+    /// (`busy`); already gone from the host is fine.
+    pub fn destroy_slice(&self, id: SliceId) -> Result<()> {
+        let gpu = self
+            .read(|d| d.slices.get(&id).map(|s| s.spec.gpu))
+            .ok_or_else(|| EngineError::NotFound(format!("slice {id}")))?;
+        let _gpu = self.inner.gpu_locks.lock(gpu);
+        self.destroy_locked(id)
+    }
+
+    /// Destroys an owned slice; the caller holds the GPU's lock.
+    pub(crate) fn destroy_locked(&self, id: SliceId) -> Result<()> {
+        let (entry, holder) = self.read(|d| {
+            (
+                d.slices.get(&id).cloned(),
+                d.holder(id).map(|a| (a.id, a.consumer.clone())),
+            )
+        });
+        let entry = entry.ok_or_else(|| EngineError::NotFound(format!("slice {id}")))?;
+        if let Some((alloc, consumer)) = holder {
+            return Err(EngineError::Conflict(format!(
+                "slice {id} is allocated to {consumer:?} (allocation {alloc}); release it first"
+            )));
+        }
+        if lock(&self.inner.claims).contains(&id) {
+            return Err(EngineError::Conflict(format!(
+                "slice {id} is being allocated"
+            )));
+        }
+        let n = self.write(|d| {
+            d.open_intent(Intent::Destroy {
+                slice: entry.clone(),
+            })
+        })?;
+        let be = backend(entry.spec.kind.backend());
+        if let Err(e) = be.destroy(self.host(), &entry.spec, &entry.identity) {
+            if !matches!(e, EngineError::Timeout { .. }) {
+                // Nothing changed on the host: the slice stays, the intent goes.
+                self.write(|d| d.intents.remove(&n))?;
+            }
+            return Err(e);
+        }
+        self.write(|d| {
+            d.intents.remove(&n);
+            d.slices.remove(&id);
+        })?;
+        self.set_failure(id, None);
+        tracing::info!(slice = %id, gpu = %entry.spec.gpu, "slice destroyed");
+        self.emit(Event::SliceDestroyed {
+            slice: id,
+            gpu: entry.spec.gpu,
+        });
+        Ok(())
+    }
+}

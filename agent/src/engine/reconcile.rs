@@ -1,0 +1,299 @@
+//! Bringing the host back in line with the desired state.
+//!
+//! Order: finish or roll back the intents a crash left; make sure every owned VF exists (VF
+//! counts reset at boot); re-create owned slices the host lost, passthrough and VFs first, then
+//! vendor-VFIO types and MIG instances, then mdevs, with their recorded identities; report
+//! foreign slices (never touch them); apply layouts.
+
+use std::collections::BTreeMap;
+
+use ids::PciAddress;
+use inventory::ExistingSlice;
+use serde::{Deserialize, Serialize};
+
+use super::backend::{Observed, backend};
+use super::error::{EngineError, Result, chain};
+use super::events::Event;
+use super::layout::GpuLayoutStatus;
+use super::model::{BackendKind, Identity, SliceId};
+use super::state::{Intent, OwnedSlice};
+use super::{Engine, lock, vfs};
+
+/// What a reconcile pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileReport {
+    /// Intents finished (destroys) or rolled back (creates).
+    pub intents_resolved: usize,
+    /// Intents left open, with why (a vendor call still out, a rollback that failed).
+    pub intents_pending: Vec<String>,
+    /// Owned slices the host had lost, re-created with their identities.
+    pub recreated: Vec<SliceId>,
+    /// Owned slices that are not as they should be, with why.
+    pub failed: Vec<(SliceId, String)>,
+    /// Slices vgpud did not create, left alone.
+    pub foreign: Vec<String>,
+    /// Layout status per GPU.
+    pub layouts: Vec<GpuLayoutStatus>,
+}
+
+/// Re-creation order: whole GPUs and VFs, then what lives on VFs and MIG, then mdevs.
+fn phase(kind: BackendKind) -> u8 {
+    match kind {
+        BackendKind::Passthrough | BackendKind::SriovVf => 0,
+        BackendKind::NvidiaVfio | BackendKind::Mig => 1,
+        BackendKind::Mdev => 2,
+    }
+}
+
+impl Engine {
+    /// Runs a reconcile pass: before the agent reports ready, after hot-plug, periodically.
+    /// Only a store failure fails the pass; everything else is in the report.
+    pub fn reconcile(&self) -> Result<ReconcileReport> {
+        let mut report = ReconcileReport::default();
+        self.resolve_intents(&mut report)?;
+        self.restore_vfs(&mut report);
+        self.restore_owned(&mut report);
+        self.find_foreign(&mut report);
+        report.layouts = self.apply_layouts_on(&[])?;
+        self.emit(Event::ReconcileDone {
+            recreated: report.recreated.len(),
+            intents_resolved: report.intents_resolved,
+            failed: report.failed.len(),
+            foreign: report.foreign.len(),
+        });
+        Ok(report)
+    }
+
+    fn resolve_intents(&self, report: &mut ReconcileReport) -> Result<()> {
+        let intents = self.read(|d| d.intents.clone());
+        for (n, intent) in intents {
+            let _gpu = self.inner.gpu_locks.lock(intent.gpu());
+            if !self.read(|d| d.intents.contains_key(&n)) {
+                continue;
+            }
+            if self.host().runner.any_stuck() {
+                report.intents_pending.push(format!(
+                    "intent {n} on {}: a vendor call is still out",
+                    intent.gpu()
+                ));
+                continue;
+            }
+            match self.resolve_intent(n, &intent) {
+                Ok(()) => report.intents_resolved += 1,
+                Err(e @ EngineError::Store(_)) => return Err(e),
+                Err(e) => report.intents_pending.push(format!(
+                    "intent {n} on {}: {}",
+                    intent.gpu(),
+                    chain(&e)
+                )),
+            }
+        }
+        Ok(())
+    }
+
+    /// A create is rolled back (what its identity shows on the host is ours); a destroy is
+    /// rolled forward.
+    fn resolve_intent(&self, n: u64, intent: &Intent) -> Result<()> {
+        match intent {
+            Intent::Create {
+                gpu,
+                slice,
+                enabled_vfs,
+            } => {
+                match slice {
+                    Some(s) => self.undo_create(&s.spec, Some(&s.identity), *enabled_vfs)?,
+                    None if *enabled_vfs => {
+                        vfs::disable_if_unused(self.host(), *gpu, &[])?;
+                    }
+                    None => {}
+                }
+                tracing::info!(intent = n, %gpu, "rolled back an unfinished create");
+                self.write(|d| d.intents.remove(&n))?;
+            }
+            Intent::Destroy { slice } => {
+                backend(slice.spec.kind.backend()).destroy(
+                    self.host(),
+                    &slice.spec,
+                    &slice.identity,
+                )?;
+                tracing::info!(intent = n, slice = %slice.id, "finished an unfinished destroy");
+                self.write(|d| {
+                    d.intents.remove(&n);
+                    d.slices.remove(&slice.id);
+                    for a in d.allocations.values_mut() {
+                        a.slices.retain(|s| *s != slice.id);
+                    }
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every owned VF index must exist before types or bindings can be restored on it.
+    fn restore_vfs(&self, report: &mut ReconcileReport) {
+        let mut need: BTreeMap<PciAddress, (u32, Vec<SliceId>)> = BTreeMap::new();
+        for s in self.read(|d| d.slices.values().cloned().collect::<Vec<_>>()) {
+            if let Identity::Vf { index, .. } = s.identity {
+                let e = need.entry(s.spec.gpu).or_insert((0, Vec::new()));
+                e.0 = e.0.max(index);
+                e.1.push(s.id);
+            }
+        }
+        for (gpu, (index, slices)) in need {
+            let _gpu = self.inner.gpu_locks.lock(gpu);
+            match self
+                .host()
+                .gpu(gpu)
+                .and_then(|_| vfs::ensure_index(self.host(), gpu, index, &[]))
+            {
+                Ok(true) => tracing::info!(%gpu, "VFs re-enabled for owned slices"),
+                Ok(false) => {}
+                Err(e) => {
+                    let why = format!("cannot restore VFs on GPU {gpu}: {}", chain(&e));
+                    for id in slices {
+                        self.set_failure(id, Some(why.clone()));
+                        report.failed.push((id, why.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn restore_owned(&self, report: &mut ReconcileReport) {
+        let mut owned: Vec<OwnedSlice> = self.read(|d| d.slices.values().cloned().collect());
+        owned.sort_by_key(|s| (phase(s.spec.kind.backend()), s.created, s.id));
+        for s in owned {
+            if report.failed.iter().any(|(id, _)| *id == s.id) {
+                continue;
+            }
+            let _gpu = self.inner.gpu_locks.lock(s.spec.gpu);
+            if !self.read(|d| d.slices.contains_key(&s.id)) {
+                continue;
+            }
+            if let Err(why) = self.restore_one(&s, report) {
+                self.set_failure(s.id, Some(why.clone()));
+                report.failed.push((s.id, why));
+            }
+        }
+    }
+
+    /// Observes one owned slice and re-creates it if the host lost it.
+    fn restore_one(&self, s: &OwnedSlice, report: &mut ReconcileReport) -> Result<(), String> {
+        let host = self.host();
+        host.gpu(s.spec.gpu).map_err(|e| chain(&e))?;
+        let be = backend(s.spec.kind.backend());
+        match be
+            .observe(host, &s.spec, &s.identity)
+            .map_err(|e| chain(&e))?
+        {
+            Observed::Present(_) => {
+                self.set_failure(s.id, None);
+                Ok(())
+            }
+            Observed::Changed(why) => {
+                self.drift(s, format!("{why}; left as it is"));
+                Err(why)
+            }
+            Observed::Absent => {
+                be.realize(host, &s.spec, &s.identity).map_err(|e| {
+                    format!(
+                        "missing from the host and cannot be re-created: {}",
+                        chain(&e)
+                    )
+                })?;
+                self.set_failure(s.id, None);
+                report.recreated.push(s.id);
+                self.drift(
+                    s,
+                    "missing from the host; re-created with the same identity".into(),
+                );
+                self.emit(Event::SliceCreated {
+                    slice: s.id,
+                    gpu: s.spec.gpu,
+                    backend: s.spec.kind.backend(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn drift(&self, s: &OwnedSlice, reason: String) {
+        tracing::warn!(slice = %s.id, gpu = %s.spec.gpu, %reason, "drift");
+        self.emit(Event::Drift {
+            slice: s.id,
+            gpu: s.spec.gpu,
+            reason,
+        });
+    }
+
+    fn find_foreign(&self, report: &mut ReconcileReport) {
+        let inv = self.inventory();
+        let owned = self.read(|d| {
+            let mut v: Vec<(PciAddress, Identity)> = d
+                .slices
+                .values()
+                .map(|s| (s.spec.gpu, s.identity.clone()))
+                .collect();
+            v.extend(
+                d.intents
+                    .values()
+                    .filter_map(|i| Some((i.gpu(), i.identity()?.clone()))),
+            );
+            v
+        });
+        let mut seen = lock(&self.inner.foreign_seen);
+        for gpu in &inv.gpus {
+            for slice in &gpu.slices {
+                if owned
+                    .iter()
+                    .any(|(g, id)| is_ours(*g, id, gpu.pci_address, slice))
+                {
+                    continue;
+                }
+                let text = describe(gpu.pci_address, slice);
+                if seen.insert(text.clone()) {
+                    tracing::info!(slice = %text, "foreign slice found; left alone");
+                    self.emit(Event::ForeignFound {
+                        gpu: gpu.pci_address,
+                        slice: text.clone(),
+                    });
+                }
+                report.foreign.push(text);
+            }
+        }
+    }
+
+    /// Foreign slices seen on the host (as of the last reconcile).
+    pub fn foreign_slices(&self) -> Vec<String> {
+        lock(&self.inner.foreign_seen).iter().cloned().collect()
+    }
+}
+
+fn is_ours(gpu: PciAddress, id: &Identity, on: PciAddress, slice: &ExistingSlice) -> bool {
+    match (slice, id) {
+        (ExistingSlice::Mdev { uuid, .. }, Identity::Mdev { uuid: u }) => uuid == u,
+        (ExistingSlice::Mig { start, .. }, Identity::Mig { start: s, .. }) => {
+            gpu == on && start == s
+        }
+        (ExistingSlice::NvidiaVfio { vf, .. }, Identity::Vf { address, .. })
+        | (ExistingSlice::SriovVf { vf }, Identity::Vf { address, .. }) => vf == address,
+        (ExistingSlice::Passthrough { .. }, Identity::Passthrough { .. }) => gpu == on,
+        _ => false,
+    }
+}
+
+fn describe(gpu: PciAddress, slice: &ExistingSlice) -> String {
+    match slice {
+        ExistingSlice::Mdev { uuid, type_id, .. } => format!("mdev {uuid} ({type_id}) on {gpu}"),
+        ExistingSlice::Mig {
+            gpu_instance_id,
+            profile,
+            start,
+        } => format!("MIG {profile} GI {gpu_instance_id} at slot {start} on {gpu}"),
+        ExistingSlice::NvidiaVfio { vf, vgpu_type } => {
+            format!("vGPU type {vgpu_type} on VF {vf} of {gpu}")
+        }
+        ExistingSlice::SriovVf { vf } => format!("VF {vf} of {gpu} on vfio-pci"),
+        ExistingSlice::Passthrough { .. } => format!("GPU {gpu} on vfio-pci"),
+    }
+}

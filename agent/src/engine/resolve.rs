@@ -1,0 +1,135 @@
+//! Turning a client's type string into slice kinds on the GPUs that offer it.
+
+use ids::{MdevParentName, MdevTypeId, MigProfileName, PciAddress, PciVendorId};
+use sysfs::SysfsExt;
+
+use super::backend::profile_by_name;
+use super::error::{EngineError, Result};
+use super::hostctx::Host;
+use super::model::{SliceKind, SliceSpec};
+
+/// The longest type string accepted.
+const MAX_TYPE: usize = 128;
+
+/// The host's GPUs (physical functions), in address order. VFs are skipped by their `physfn`
+/// link before anything else is read, so a host with hundreds of VFs stays cheap to list.
+pub(crate) fn gpus(host: &Host) -> Result<Vec<vfio::PciDevice>> {
+    let (addrs, _) = vfio::list_devices(host.fs())
+        .map_err(|e| EngineError::from_vfio("cannot list PCI devices", e))?;
+    let mut out = Vec::new();
+    for addr in addrs {
+        let dir = std::path::Path::new("/sys/bus/pci/devices").join(addr.to_string());
+        if host.fs().exists(&dir.join("physfn")) || !looks_like_gpu(host, &dir) {
+            continue;
+        }
+        if let Ok(dev) = host.gpu(addr) {
+            out.push(dev);
+        }
+    }
+    Ok(out)
+}
+
+fn looks_like_gpu(host: &Host, dir: &std::path::Path) -> bool {
+    let class = host.fs().read_text(&dir.join("class")).unwrap_or_default();
+    let class = class.trim_start_matches("0x");
+    ["0300", "0302", "1200"]
+        .iter()
+        .any(|c| class.starts_with(c))
+}
+
+/// The kind a type string means on one GPU, `None` when the GPU does not offer it.
+pub(crate) fn kind_on(host: &Host, dev: &vfio::PciDevice, t: &str) -> Result<Option<SliceKind>> {
+    let gpu = dev.address;
+    let nvidia = dev.vendor == PciVendorId::NVIDIA;
+    match t {
+        "gpu" => return Ok(dev.iommu_group.map(|_| SliceKind::Passthrough)),
+        "vf" => return Ok((dev.sriov.is_some() && !nvidia).then_some(SliceKind::SriovVf)),
+        _ => {}
+    }
+    if nvidia && let Ok(profile) = t.parse::<MigProfileName>() {
+        match profile_by_name(host, gpu, &profile) {
+            Ok(_) => {
+                return Ok(Some(SliceKind::Mig {
+                    profile,
+                    start: None,
+                }));
+            }
+            Err(e @ EngineError::Timeout { .. }) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    if let Ok(type_id) = t.parse::<MdevTypeId>()
+        && mdev::read_type(host.fs(), &MdevParentName::from(gpu), &type_id).is_ok()
+    {
+        return Ok(Some(SliceKind::Mdev { type_id }));
+    }
+    if nvidia && dev.sriov.is_some() {
+        return vgpu_type(host, gpu, t);
+    }
+    Ok(None)
+}
+
+/// A vendor-VFIO vGPU type by name (`NVIDIA H200X-35C`) or id (`1421`).
+fn vgpu_type(host: &Host, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>> {
+    let Ok(nvml) = host.nvml() else {
+        return Ok(None);
+    };
+    let index = host.nvml_index(gpu)?;
+    let types = match nvml.supported_vgpu_types(index) {
+        Ok(types) => types,
+        Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
+            return Err(host.nvml_err(format!("cannot list vGPU types of {gpu}"), gpu, e));
+        }
+        Err(_) => return Ok(None),
+    };
+    Ok(types
+        .iter()
+        .find(|v| v.name == t || v.id.to_string() == t)
+        .map(|v| SliceKind::NvidiaVfio { vgpu_type: v.id }))
+}
+
+/// Checks a type string as a client sent it.
+pub(crate) fn check_type(t: &str) -> Result<&str> {
+    let t = t.trim();
+    if t.is_empty() || t.len() > MAX_TYPE || t.chars().any(char::is_control) {
+        let shown: String = t.chars().take(64).collect();
+        return Err(EngineError::InvalidRequest(format!(
+            "slice type {shown:?} is not a type name (empty, control characters or over {MAX_TYPE} bytes)"
+        )));
+    }
+    Ok(t)
+}
+
+/// Every (GPU, kind) that can satisfy the type, on `only` or on every GPU.
+pub(crate) fn candidates(host: &Host, t: &str, only: Option<PciAddress>) -> Result<Vec<SliceSpec>> {
+    let t = check_type(t)?;
+    let devs = match only {
+        Some(g) => vec![host.gpu(g)?],
+        None => gpus(host)?,
+    };
+    let mut out = Vec::new();
+    let mut first_error = None;
+    for dev in devs {
+        match kind_on(host, &dev, t) {
+            Ok(Some(kind)) => out.push(SliceSpec {
+                gpu: dev.address,
+                kind,
+            }),
+            Ok(None) => {}
+            // One GPU that does not answer does not hide the others.
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if out.is_empty() {
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let on = only.map(|g| format!(" {g}")).unwrap_or_default();
+        return Err(EngineError::InvalidRequest(format!(
+            "no GPU{on} offers slice type {t:?} (a MIG profile name, an mdev type id, a vGPU type name or id, \"vf\" or \"gpu\")"
+        )));
+    }
+    Ok(out)
+}

@@ -1,0 +1,82 @@
+//! Slices as clients see them: the ledger joined with what the host shows now.
+
+use super::backend::{Observed, backend};
+use super::error::{EngineError, Result, chain};
+use super::model::{Handles, Owner, Slice, SliceId, SliceState};
+use super::state::{Desired, Intent, OwnedSlice};
+use super::{Engine, lock};
+
+impl Engine {
+    /// Every owned slice (and those being created), with host handles and state.
+    pub fn slices(&self) -> Vec<Slice> {
+        let d = self.read(Desired::clone);
+        let mut out: Vec<Slice> = d.slices.values().map(|s| self.view(s, &d)).collect();
+        for intent in d.intents.values() {
+            if let Intent::Create { slice: Some(s), .. } = intent
+                && !d.slices.contains_key(&s.id)
+            {
+                out.push(self.view(s, &d));
+            }
+        }
+        out.sort_by_key(|s| (s.spec.gpu, s.id));
+        out
+    }
+
+    /// One slice.
+    pub fn slice(&self, id: SliceId) -> Result<Slice> {
+        let d = self.read(Desired::clone);
+        let entry = d.slices.get(&id).cloned().or_else(|| {
+            d.intents.values().find_map(|i| match i {
+                Intent::Create { slice: Some(s), .. } if s.id == id => Some(s.clone()),
+                _ => None,
+            })
+        });
+        entry
+            .map(|s| self.view(&s, &d))
+            .ok_or_else(|| EngineError::NotFound(format!("slice {id}")))
+    }
+
+    fn view(&self, entry: &OwnedSlice, d: &Desired) -> Slice {
+        let owner = d.holder(entry.id).map(|a| Owner {
+            consumer: a.consumer.clone(),
+            vm: a.vm.clone(),
+            allocation: a.id,
+        });
+        let in_ledger = d.slices.contains_key(&entry.id);
+        let destroying = d
+            .intents
+            .values()
+            .any(|i| matches!(i, Intent::Destroy { slice } if slice.id == entry.id));
+        let host = self.host();
+        let observed =
+            backend(entry.spec.kind.backend()).observe(host, &entry.spec, &entry.identity);
+        let (state, handles, mut reason) = match observed {
+            _ if !in_ledger => (SliceState::Creating, Handles::default(), None),
+            _ if destroying => (SliceState::Releasing, Handles::default(), None),
+            Ok(Observed::Present(h)) if owner.is_some() => (SliceState::Allocated, h, None),
+            Ok(Observed::Present(h)) => (SliceState::Ready, h, None),
+            Ok(Observed::Absent) => (
+                SliceState::Failed,
+                Handles::default(),
+                Some("absent from the host; the next reconcile re-creates it".to_owned()),
+            ),
+            Ok(Observed::Changed(why)) => (SliceState::Failed, Handles::default(), Some(why)),
+            Err(e) => (SliceState::Failed, Handles::default(), Some(chain(&e))),
+        };
+        if state == SliceState::Failed
+            && let Some(why) = lock(&self.inner.failures).get(&entry.id)
+        {
+            reason = Some(why.clone());
+        }
+        Slice {
+            id: entry.id,
+            spec: entry.spec.clone(),
+            identity: entry.identity.clone(),
+            handles,
+            numa_node: host.pci(entry.spec.gpu).ok().and_then(|p| p.numa_node),
+            owner,
+            state,
+            reason,
+        }
+    }
+}
