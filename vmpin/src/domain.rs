@@ -240,9 +240,15 @@ impl DomainXml {
             }
         }
         if let Some(memory) = tune.child("memory") {
-            add(nodes_of(memory.attr("nodeset").as_deref()), total.saturating_sub(covered));
+            add(
+                nodes_of(memory.attr("nodeset").as_deref()),
+                total.saturating_sub(covered),
+            );
         }
-        by_node.into_iter().map(|(n, kib)| (n, kib.div_ceil(1024))).collect()
+        by_node
+            .into_iter()
+            .map(|(n, kib)| (n, kib.div_ceil(1024)))
+            .collect()
     }
 
     /// The pinning currently in the definition (whoever wrote it).
@@ -255,7 +261,10 @@ impl DomainXml {
                 let set = e.attr("cpuset").and_then(|s| s.parse::<CpuSet>().ok());
                 match (e.name(), set) {
                     ("vcpupin", Some(set)) => {
-                        if let (Some(v), Some(c)) = (e.attr("vcpu").and_then(|v| v.parse().ok()), set.iter().next()) {
+                        if let (Some(v), Some(c)) = (
+                            e.attr("vcpu").and_then(|v| v.parse().ok()),
+                            set.iter().next(),
+                        ) {
                             pins.insert(v, c);
                         }
                     }
@@ -265,12 +274,15 @@ impl DomainXml {
             }
             pinning.vcpu_pins = pins.into_values().collect();
         }
-        pinning.memory = root.child("numatune").and_then(|t| t.child("memory")).and_then(|m| {
-            Some(MemoryBinding {
-                mode: MemoryMode::parse(&m.attr("mode").unwrap_or_else(|| "strict".into()))?,
-                nodes: nodes_of(m.attr("nodeset").as_deref()).into_iter().collect(),
-            })
-        });
+        pinning.memory = root
+            .child("numatune")
+            .and_then(|t| t.child("memory"))
+            .and_then(|m| {
+                Some(MemoryBinding {
+                    mode: MemoryMode::parse(&m.attr("mode").unwrap_or_else(|| "strict".into()))?,
+                    nodes: nodes_of(m.attr("nodeset").as_deref()).into_iter().collect(),
+                })
+            });
         pinning
     }
 
@@ -285,7 +297,10 @@ impl DomainXml {
             });
         }
         for s in slices {
-            if self.devices().is_some_and(|d| d.elements().any(|h| hostdev_matches(h, &s.device))) {
+            if self
+                .devices()
+                .is_some_and(|d| d.elements().any(|h| hostdev_matches(h, &s.device)))
+            {
                 return Err(VmpinError::DeviceAlreadyPresent {
                     device: s.device.to_string(),
                     domain: self.name().unwrap_or_default(),
@@ -302,7 +317,9 @@ impl DomainXml {
         }
         let controllers = self.add_devices(slices, plan.expander_bus);
         for index in controllers {
-            record.push(Element::new(&qname(&prefix, "controller")).with_attr("index", &index.to_string()));
+            record.push(
+                Element::new(&qname(&prefix, "controller")).with_attr("index", &index.to_string()),
+            );
         }
         if !plan.is_unpinned() {
             write_pinning_record(&prefix, &mut record, plan);
@@ -312,7 +329,9 @@ impl DomainXml {
             }
         }
         self.pinning_element_or_create().push(record);
-        let pinning = self.pinning_element_mut().ok_or_else(|| VmpinError::Domain("metadata vanished".into()))?;
+        let pinning = self
+            .pinning_element_mut()
+            .ok_or_else(|| VmpinError::Domain("metadata vanished".into()))?;
         pinning.indent(2);
         Ok(())
     }
@@ -322,13 +341,12 @@ impl DomainXml {
     pub fn release(&mut self, id: &str) -> Result<Released, VmpinError> {
         let domain = self.name().unwrap_or_default();
         let records = self.allocations()?;
-        let position = records
-            .iter()
-            .position(|a| a.id == id)
-            .ok_or_else(|| VmpinError::AllocationNotFound {
+        let position = records.iter().position(|a| a.id == id).ok_or_else(|| {
+            VmpinError::AllocationNotFound {
                 id: id.to_owned(),
                 domain: domain.clone(),
-            })?;
+            }
+        })?;
         let record = records[position].clone();
         let pinning = self
             .pinning_element_mut()
@@ -336,16 +354,22 @@ impl DomainXml {
         let prefix = pinning.prefix().unwrap_or_default().to_owned();
         let alloc_name = qname(&prefix, "allocation");
         let replaced_name = qname(&prefix, "replaced");
-        let allocs: Vec<Element> = pinning.elements().filter(|e| e.name() == alloc_name).cloned().collect();
+        let allocs: Vec<Element> = pinning
+            .elements()
+            .filter(|e| e.name() == alloc_name)
+            .cloned()
+            .collect();
         let mine = allocs[position].clone();
         let mut pinning_changed = false;
         for replaced in mine.elements().filter(|e| e.name() == replaced_name) {
             let Some(part) = replaced.attr("part").as_deref().and_then(Part::from_key) else {
                 continue;
             };
-            let above = allocs[position + 1..]
-                .iter()
-                .position(|a| a.elements().any(|r| r.name() == replaced_name && r.attr("part").as_deref() == Some(part.key())));
+            let above = allocs[position + 1..].iter().position(|a| {
+                a.elements().any(|r| {
+                    r.name() == replaced_name && r.attr("part").as_deref() == Some(part.key())
+                })
+            });
             match above {
                 Some(offset) => {
                     // Hand what this allocation replaced to the next one up that replaced it.
@@ -362,7 +386,9 @@ impl DomainXml {
                         .ok_or_else(|| VmpinError::Domain("metadata vanished".into()))?;
                     let key = part.key();
                     let name = replaced_name.clone();
-                    alloc.remove_where(move |e| e.name() == name && e.attr("part").as_deref() == Some(key));
+                    alloc.remove_where(move |e| {
+                        e.name() == name && e.attr("part").as_deref() == Some(key)
+                    });
                     alloc.push(replaced.clone());
                 }
                 None => {
@@ -405,7 +431,9 @@ impl DomainXml {
                 let ours = records.iter().any(|r| {
                     r.slices.iter().any(|s| hostdev_matches(e, &s.device))
                         || (e.name() == "controller"
-                            && e.attr("index").and_then(|i| i.parse().ok()).is_some_and(|i: u32| r.controllers.contains(&i)))
+                            && e.attr("index")
+                                .and_then(|i| i.parse().ok())
+                                .is_some_and(|i: u32| r.controllers.contains(&i)))
                 });
                 if ours {
                     out.push_str("    ");
@@ -447,7 +475,9 @@ impl DomainXml {
             .devices()
             .map(|d| {
                 d.elements()
-                    .filter(|e| e.name() == "controller" && e.attr("type").as_deref() == Some("pci"))
+                    .filter(|e| {
+                        e.name() == "controller" && e.attr("type").as_deref() == Some("pci")
+                    })
                     .filter_map(|e| e.attr("index")?.parse::<u32>().ok())
                     .max()
                     .map_or(1, |m| m + 1)
@@ -463,7 +493,10 @@ impl DomainXml {
                         .with_attr("type", "pci")
                         .with_attr("index", &next_index.to_string())
                         .with_attr("model", "pcie-expander-bus")
-                        .with_child(Element::new("target").with_child(Element::new("node").with_text(&s.node.to_string())));
+                        .with_child(
+                            Element::new("target")
+                                .with_child(Element::new("node").with_text(&s.node.to_string())),
+                        );
                     devices.append_indented(pxb, 1);
                     added.push(next_index);
                     next_index += 1;
@@ -495,7 +528,9 @@ impl DomainXml {
             slices.iter().any(|s| hostdev_matches(e, &s.device))
                 || (e.name() == "controller"
                     && e.attr("type").as_deref() == Some("pci")
-                    && e.attr("index").and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| controllers.contains(&i)))
+                    && e.attr("index")
+                        .and_then(|i| i.parse::<u32>().ok())
+                        .is_some_and(|i| controllers.contains(&i)))
         });
     }
 
@@ -506,7 +541,9 @@ impl DomainXml {
         let created = self.doc.root.child(part.container()).is_none();
         if created {
             let at = self.container_position(part);
-            self.doc.root.insert_indented(at, Element::new(part.container()), 0);
+            self.doc
+                .root
+                .insert_indented(at, Element::new(part.container()), 0);
         }
         let mut replaced = Element::new(&qname(prefix, "replaced"))
             .with_attr("part", part.key())
@@ -532,7 +569,9 @@ impl DomainXml {
         let originals: Vec<Element> = replaced.elements().cloned().collect();
         if !originals.is_empty() && self.doc.root.child(part.container()).is_none() {
             let at = self.container_position(part);
-            self.doc.root.insert_indented(at, Element::new(part.container()), 0);
+            self.doc
+                .root
+                .insert_indented(at, Element::new(part.container()), 0);
         }
         if let Some(container) = self.doc.root.child_mut(part.container()) {
             let (_, first) = container.remove_where(|e| part.owns(e.name()));
@@ -554,7 +593,10 @@ impl DomainXml {
         if let Some(i) = names.iter().rposition(|n| part.after().contains(n)) {
             return i + 1;
         }
-        names.iter().position(|n| *n == "devices").unwrap_or(names.len())
+        names
+            .iter()
+            .position(|n| *n == "devices")
+            .unwrap_or(names.len())
     }
 
     // ----- metadata -----
@@ -565,11 +607,18 @@ impl DomainXml {
     }
 
     fn pinning_element(&self) -> Option<&Element> {
-        self.doc.root.child("metadata")?.elements().find(|e| Self::is_our_pinning(e))
+        self.doc
+            .root
+            .child("metadata")?
+            .elements()
+            .find(|e| Self::is_our_pinning(e))
     }
 
     fn pinning_element_mut(&mut self) -> Option<&mut Element> {
-        self.doc.root.child_mut("metadata")?.find_mut(Self::is_our_pinning)
+        self.doc
+            .root
+            .child_mut("metadata")?
+            .find_mut(Self::is_our_pinning)
     }
 
     fn pinning_element_or_create(&mut self) -> &mut Element {
@@ -578,12 +627,17 @@ impl DomainXml {
             .doc
             .root
             .elements()
-            .position(|e| !matches!(e.name(), "name" | "uuid" | "genid" | "title" | "description"))
+            .position(|e| {
+                !matches!(
+                    e.name(),
+                    "name" | "uuid" | "genid" | "title" | "description"
+                )
+            })
             .unwrap_or(usize::MAX);
         let meta = self.doc.root.child_or_insert("metadata", at, 0);
         if !meta.elements().any(Self::is_our_pinning) {
-            let mut pinning =
-                Element::new(&qname(PREFIX, PINNING)).with_attr(&format!("xmlns:{PREFIX}"), NAMESPACE);
+            let mut pinning = Element::new(&qname(PREFIX, PINNING))
+                .with_attr(&format!("xmlns:{PREFIX}"), NAMESPACE);
             if created_meta {
                 pinning.set_attr("metadata", "created");
             }
@@ -627,7 +681,11 @@ fn qname(prefix: &str, local: &str) -> String {
 fn nodes_of(nodeset: Option<&str>) -> Vec<NumaNodeId> {
     nodeset
         .and_then(|s| s.parse::<CpuSet>().ok())
-        .map(|set| set.iter().filter_map(|n| u16::try_from(n).ok().map(NumaNodeId)).collect())
+        .map(|set| {
+            set.iter()
+                .filter_map(|n| u16::try_from(n).ok().map(NumaNodeId))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -664,7 +722,10 @@ fn hostdev_element(device: &SliceDevice) -> Element {
             .with_attr("mode", "subsystem")
             .with_attr("type", "mdev")
             .with_attr("model", "vfio-pci")
-            .with_child(Element::new("source").with_child(Element::new("address").with_attr("uuid", &uuid.to_string()))),
+            .with_child(
+                Element::new("source")
+                    .with_child(Element::new("address").with_attr("uuid", &uuid.to_string())),
+            ),
         SliceDevice::Pci { address, managed } => Element::new("hostdev")
             .with_attr("mode", "subsystem")
             .with_attr("type", "pci")
@@ -700,7 +761,11 @@ fn hostdev_matches(e: &Element, device: &SliceDevice) -> bool {
     match device {
         SliceDevice::Mdev { uuid } => {
             e.attr("type").as_deref() == Some("mdev")
-                && addr.attr("uuid").and_then(|u| u.parse::<MdevUuid>().ok()).as_ref() == Some(uuid)
+                && addr
+                    .attr("uuid")
+                    .and_then(|u| u.parse::<MdevUuid>().ok())
+                    .as_ref()
+                    == Some(uuid)
         }
         SliceDevice::Pci { address, .. } => {
             let part = |k: &str| addr.attr(k).as_deref().and_then(parse_hex);
@@ -716,7 +781,9 @@ fn hostdev_matches(e: &Element, device: &SliceDevice) -> bool {
 fn slice_record(prefix: &str, s: &Slice) -> Element {
     let e = Element::new(&qname(prefix, "hostdev"));
     let e = match &s.device {
-        SliceDevice::Mdev { uuid } => e.with_attr("type", "mdev").with_attr("uuid", &uuid.to_string()),
+        SliceDevice::Mdev { uuid } => e
+            .with_attr("type", "mdev")
+            .with_attr("uuid", &uuid.to_string()),
         SliceDevice::Pci { address, managed } => e
             .with_attr("type", "pci")
             .with_attr("address", &address.to_string())
@@ -734,7 +801,10 @@ fn write_pinning_record(prefix: &str, record: &mut Element, plan: &PinPlan) {
         );
     }
     if !plan.emulator_cpus.is_empty() {
-        record.push(Element::new(&qname(prefix, "emulatorpin")).with_attr("cpuset", &plan.emulator_cpus.to_string()));
+        record.push(
+            Element::new(&qname(prefix, "emulatorpin"))
+                .with_attr("cpuset", &plan.emulator_cpus.to_string()),
+        );
     }
     if let Some(m) = &plan.memory {
         record.push(
@@ -759,14 +829,22 @@ fn plan_elements(plan: &PinPlan) -> Vec<(Part, Vec<Element>)> {
         .vcpu_pins
         .iter()
         .enumerate()
-        .map(|(v, c)| Element::new("vcpupin").with_attr("vcpu", &v.to_string()).with_attr("cpuset", &c.to_string()))
+        .map(|(v, c)| {
+            Element::new("vcpupin")
+                .with_attr("vcpu", &v.to_string())
+                .with_attr("cpuset", &c.to_string())
+        })
         .collect();
     if !plan.emulator_cpus.is_empty() {
         tune.push(Element::new("emulatorpin").with_attr("cpuset", &plan.emulator_cpus.to_string()));
     }
     parts.push((Part::CpuTune, tune));
     if let Some(m) = &plan.memory {
-        let mut numatune = vec![Element::new("memory").with_attr("mode", m.mode.as_str()).with_attr("nodeset", &m.nodeset())];
+        let mut numatune = vec![
+            Element::new("memory")
+                .with_attr("mode", m.mode.as_str())
+                .with_attr("nodeset", &m.nodeset()),
+        ];
         for c in &plan.guest_cells {
             numatune.push(
                 Element::new("memnode")
@@ -807,12 +885,20 @@ fn read_record(e: &Element, prefix: &str) -> Result<AllocationRecord, VmpinError
     let mut pinning = Pinning::default();
     let mut pinned = false;
     for child in e.elements() {
-        let local = match child.name().strip_prefix(prefix).and_then(|r| r.strip_prefix(':')) {
+        let local = match child
+            .name()
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix(':'))
+        {
             Some(l) if !prefix.is_empty() => l,
             _ if prefix.is_empty() => child.name(),
             _ => continue,
         };
-        let attr = |k: &str| child.attr(k).ok_or_else(|| bad(format!("<{local}> has no {k}")));
+        let attr = |k: &str| {
+            child
+                .attr(k)
+                .ok_or_else(|| bad(format!("<{local}> has no {k}")))
+        };
         match local {
             "hostdev" => {
                 let node = attr("node")?.parse().map_err(|e| bad(format!("{e}")))?;
@@ -828,26 +914,35 @@ fn read_record(e: &Element, prefix: &str) -> Result<AllocationRecord, VmpinError
                 };
                 record.slices.push(Slice { device, node });
             }
-            "controller" => record
-                .controllers
-                .push(attr("index")?.parse().map_err(|_| bad("controller index is not a number".into()))?),
+            "controller" => record.controllers.push(
+                attr("index")?
+                    .parse()
+                    .map_err(|_| bad("controller index is not a number".into()))?,
+            ),
             "vcpupin" => {
                 pinned = true;
-                pinning.vcpu_pins.push(attr("cpuset")?.parse().map_err(|_| bad("vcpupin cpuset is not a CPU".into()))?);
+                pinning.vcpu_pins.push(
+                    attr("cpuset")?
+                        .parse()
+                        .map_err(|_| bad("vcpupin cpuset is not a CPU".into()))?,
+                );
             }
             "emulatorpin" => {
                 pinning.emulator_cpus = attr("cpuset")?.parse().map_err(|e| bad(format!("{e}")))?;
             }
             "memory" => {
                 pinned = true;
-                let mode = MemoryMode::parse(&attr("mode")?).ok_or_else(|| bad("memory mode is unknown".into()))?;
+                let mode = MemoryMode::parse(&attr("mode")?)
+                    .ok_or_else(|| bad("memory mode is unknown".into()))?;
                 pinning.memory = Some(MemoryBinding {
                     mode,
                     nodes: nodes_of(Some(&attr("nodeset")?)).into_iter().collect(),
                 });
             }
             "cell" => {
-                let id = attr("id")?.parse().map_err(|_| bad("cell id is not a number".into()))?;
+                let id = attr("id")?
+                    .parse()
+                    .map_err(|_| bad("cell id is not a number".into()))?;
                 let node = attr("node")?.parse().map_err(|e| bad(format!("{e}")))?;
                 pinning.guest_cells.push((id, node));
             }

@@ -24,9 +24,9 @@ use virt::connect::Connect;
 use virt::domain::{Domain, NUMAParameters};
 use virt::error::{ErrorDomain, ErrorNumber};
 
+use crate::VmpinError;
 use crate::domain::{AllocationRecord, DomainXml, Pinning};
 use crate::plan::{DomainUsage, HostNode, HostTopology, PinPlan, Slice};
-use crate::VmpinError;
 
 /// A domain's shape, for planning.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,7 +110,9 @@ pub struct Hypervisor {
 
 impl std::fmt::Debug for Hypervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hypervisor").field("uri", &self.uri).finish_non_exhaustive()
+        f.debug_struct("Hypervisor")
+            .field("uri", &self.uri)
+            .finish_non_exhaustive()
     }
 }
 
@@ -135,8 +137,13 @@ fn open(uri: &str) -> Result<Connect, VmpinError> {
 }
 
 fn connection_broken(e: &virt::error::Error) -> bool {
-    matches!(e.code(), ErrorNumber::SystemError | ErrorNumber::NoConnect | ErrorNumber::InvalidConn | ErrorNumber::Rpc)
-        || matches!(e.domain(), ErrorDomain::Rpc | ErrorDomain::Remote)
+    matches!(
+        e.code(),
+        ErrorNumber::SystemError
+            | ErrorNumber::NoConnect
+            | ErrorNumber::InvalidConn
+            | ErrorNumber::Rpc
+    ) || matches!(e.domain(), ErrorDomain::Rpc | ErrorDomain::Remote)
 }
 
 /// A CPU bitmap as libvirt's pinning calls take it, `len` bytes long.
@@ -167,14 +174,18 @@ impl Hypervisor {
 
     fn lock(&self) -> MutexGuard<'_, Option<Connect>> {
         // A poisoned lock only means another call panicked; the connection itself is still valid.
-        self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `f` on a live connection, reconnecting first when needed and dropping the
     /// connection when `f` failed because it broke.
     fn with<T>(&self, f: impl FnOnce(&Connect) -> Result<T, VmpinError>) -> Result<T, VmpinError> {
         let mut guard = self.lock();
-        let alive = guard.as_ref().is_some_and(|c| c.is_alive().unwrap_or(false));
+        let alive = guard
+            .as_ref()
+            .is_some_and(|c| c.is_alive().unwrap_or(false));
         if !alive {
             if let Some(mut old) = guard.take() {
                 let _ = old.close();
@@ -197,7 +208,9 @@ impl Hypervisor {
     /// Node facts libvirt reports: (NUMA nodes, CPUs, memory KiB).
     pub fn node_summary(&self) -> Result<(u32, u32, u64), VmpinError> {
         self.with(|c| {
-            let info = c.get_node_info().map_err(|e| libvirt("virNodeGetInfo", &self.uri, e))?;
+            let info = c
+                .get_node_info()
+                .map_err(|e| libvirt("virNodeGetInfo", &self.uri, e))?;
             Ok((info.nodes, info.cpus, info.memory))
         })
     }
@@ -206,7 +219,10 @@ impl Hypervisor {
     /// (the test driver opened from a file never does: read the file with
     /// [`crate::testhost::read_topology`] instead).
     pub fn host_topology(&self) -> Result<Option<HostTopology>, VmpinError> {
-        let caps = self.with(|c| c.get_capabilities().map_err(|e| libvirt("virConnectGetCapabilities", &self.uri, e)))?;
+        let caps = self.with(|c| {
+            c.get_capabilities()
+                .map_err(|e| libvirt("virConnectGetCapabilities", &self.uri, e))
+        })?;
         topology_from_capabilities(&caps)
     }
 
@@ -215,15 +231,18 @@ impl Hypervisor {
         self.with(|c| {
             let dev = virt::nodedev::NodeDevice::lookup_by_name(c, name)
                 .map_err(|e| libvirt("virNodeDeviceLookupByName", name, e))?;
-            dev.get_xml_desc(0).map_err(|e| libvirt("virNodeDeviceGetXMLDesc", name, e))
+            dev.get_xml_desc(0)
+                .map_err(|e| libvirt("virNodeDeviceGetXMLDesc", name, e))
         })
     }
 
     /// Defines (or redefines) a domain; returns its name.
     pub fn define(&self, xml: &str) -> Result<String, VmpinError> {
         self.with(|c| {
-            let d = Domain::define_xml(c, xml).map_err(|e| libvirt("virDomainDefineXML", &self.uri, e))?;
-            d.get_name().map_err(|e| libvirt("virDomainGetName", &self.uri, e))
+            let d = Domain::define_xml(c, xml)
+                .map_err(|e| libvirt("virDomainDefineXML", &self.uri, e))?;
+            d.get_name()
+                .map_err(|e| libvirt("virDomainGetName", &self.uri, e))
         })
     }
 
@@ -231,7 +250,9 @@ impl Hypervisor {
     pub fn start(&self, domain: &str) -> Result<(), VmpinError> {
         self.with(|c| {
             let d = lookup(c, domain)?;
-            d.create().map(|_| ()).map_err(|e| libvirt("virDomainCreate", domain, e))
+            d.create()
+                .map(|_| ())
+                .map_err(|e| libvirt("virDomainCreate", domain, e))
         })
     }
 
@@ -239,7 +260,8 @@ impl Hypervisor {
     pub fn destroy(&self, domain: &str) -> Result<(), VmpinError> {
         self.with(|c| {
             let d = lookup(c, domain)?;
-            d.destroy().map_err(|e| libvirt("virDomainDestroy", domain, e))
+            d.destroy()
+                .map_err(|e| libvirt("virDomainDestroy", domain, e))
         })
     }
 
@@ -259,7 +281,9 @@ impl Hypervisor {
             let xml = DomainXml::parse(&xml_of(&d, domain, persistent)?)?;
             Ok(DomainInfo {
                 name: domain.to_owned(),
-                uuid: d.get_uuid_string().map_err(|e| libvirt("virDomainGetUUIDString", domain, e))?,
+                uuid: d
+                    .get_uuid_string()
+                    .map_err(|e| libvirt("virDomainGetUUIDString", domain, e))?,
                 active,
                 persistent,
                 vcpus: xml.vcpus()?,
@@ -273,8 +297,13 @@ impl Hypervisor {
     pub fn usage(&self) -> Result<Vec<DomainUsage>, VmpinError> {
         self.with(|c| {
             let mut out = Vec::new();
-            for d in c.list_all_domains(0).map_err(|e| libvirt("virConnectListAllDomains", &self.uri, e))? {
-                let name = d.get_name().map_err(|e| libvirt("virDomainGetName", &self.uri, e))?;
+            for d in c
+                .list_all_domains(0)
+                .map_err(|e| libvirt("virConnectListAllDomains", &self.uri, e))?
+            {
+                let name = d
+                    .get_name()
+                    .map_err(|e| libvirt("virDomainGetName", &self.uri, e))?;
                 let (active, _) = flags(&d, &name)?;
                 let xml = DomainXml::parse(&xml_of(&d, &name, !active)?)?;
                 out.push(xml.usage());
@@ -288,11 +317,19 @@ impl Hypervisor {
     pub fn scan(&self) -> Result<Vec<DomainAllocations>, VmpinError> {
         self.with(|c| {
             let mut out = Vec::new();
-            for d in c.list_all_domains(0).map_err(|e| libvirt("virConnectListAllDomains", &self.uri, e))? {
-                let name = d.get_name().map_err(|e| libvirt("virDomainGetName", &self.uri, e))?;
-                let uuid = d.get_uuid_string().map_err(|e| libvirt("virDomainGetUUIDString", &name, e))?;
+            for d in c
+                .list_all_domains(0)
+                .map_err(|e| libvirt("virConnectListAllDomains", &self.uri, e))?
+            {
+                let name = d
+                    .get_name()
+                    .map_err(|e| libvirt("virDomainGetName", &self.uri, e))?;
+                let uuid = d
+                    .get_uuid_string()
+                    .map_err(|e| libvirt("virDomainGetUUIDString", &name, e))?;
                 let (active, persistent) = flags(&d, &name)?;
-                let read = xml_of(&d, &name, persistent).and_then(|x| DomainXml::parse(&x)?.allocations());
+                let read =
+                    xml_of(&d, &name, persistent).and_then(|x| DomainXml::parse(&x)?.allocations());
                 let (allocations, problem) = match read {
                     Ok(a) => (a, None),
                     Err(e) => (Vec::new(), Some(error_text(&e))),
@@ -331,7 +368,8 @@ impl Hypervisor {
             }
             let mut xml = DomainXml::parse(&xml_of(&d, domain, true)?)?;
             xml.apply(allocation, slices, plan)?;
-            Domain::define_xml(c, &xml.to_xml()).map_err(|e| libvirt("virDomainDefineXML", domain, e))?;
+            Domain::define_xml(c, &xml.to_xml())
+                .map_err(|e| libvirt("virDomainDefineXML", domain, e))?;
             // Report what libvirt stored (it adds attributes of its own), and make sure it kept
             // the record release depends on.
             let stored = DomainXml::parse(&xml_of(&d, domain, true)?)?;
@@ -349,7 +387,15 @@ impl Hypervisor {
                 fragment: stored.fragment(),
             };
             if active {
-                apply_live(c, &d, &xml, slices, plan, &mut report.live, &mut report.restart_needed)?;
+                apply_live(
+                    c,
+                    &d,
+                    &xml,
+                    slices,
+                    plan,
+                    &mut report.live,
+                    &mut report.restart_needed,
+                )?;
             }
             tracing::info!(domain, allocation, active, "pinning applied");
             Ok(report)
@@ -370,10 +416,14 @@ impl Hypervisor {
                 .into_iter()
                 .filter(|a| a.id == allocation)
                 .flat_map(|a| a.slices)
-                .filter_map(|s| xml.hostdev_xml(&s.device).map(|x| (s.device.to_string(), x)))
+                .filter_map(|s| {
+                    xml.hostdev_xml(&s.device)
+                        .map(|x| (s.device.to_string(), x))
+                })
                 .collect();
             let released = xml.release(allocation)?;
-            Domain::define_xml(c, &xml.to_xml()).map_err(|e| libvirt("virDomainDefineXML", domain, e))?;
+            Domain::define_xml(c, &xml.to_xml())
+                .map_err(|e| libvirt("virDomainDefineXML", domain, e))?;
             let mut report = ReleaseReport {
                 domain: domain.to_owned(),
                 record: released.record.clone(),
@@ -384,17 +434,40 @@ impl Hypervisor {
             if active {
                 for (what, hostdev) in hostdevs {
                     let r = d.detach_device_flags(&hostdev, virt::sys::VIR_DOMAIN_AFFECT_LIVE);
-                    record_live(&mut report.live, &mut report.restart_needed, format!("detach {what}"), r.map(|_| ()));
+                    record_live(
+                        &mut report.live,
+                        &mut report.restart_needed,
+                        format!("detach {what}"),
+                        r.map(|_| ()),
+                    );
                 }
                 if released.pinning_changed {
                     let restored = released.restored.unwrap_or_default();
-                    repin_live(c, &d, domain, &restored, xml.vcpus()?, &mut report.live, &mut report.restart_needed)?;
+                    repin_live(
+                        c,
+                        &d,
+                        domain,
+                        &restored,
+                        xml.vcpus()?,
+                        &mut report.live,
+                        &mut report.restart_needed,
+                    )?;
                 }
-                if released.record.pinning.as_ref().is_some_and(|p| !p.guest_cells.is_empty()) && released.pinning_changed {
-                    report.restart_needed.push("guest NUMA cells are removed at the next start".into());
+                if released
+                    .record
+                    .pinning
+                    .as_ref()
+                    .is_some_and(|p| !p.guest_cells.is_empty())
+                    && released.pinning_changed
+                {
+                    report
+                        .restart_needed
+                        .push("guest NUMA cells are removed at the next start".into());
                 }
                 if !released.record.controllers.is_empty() {
-                    report.restart_needed.push("expander buses are removed at the next start".into());
+                    report
+                        .restart_needed
+                        .push("expander buses are removed at the next start".into());
                 }
             }
             tracing::info!(domain, allocation, active, "pinning released");
@@ -430,14 +503,23 @@ fn lookup(c: &Connect, domain: &str) -> Result<Domain, VmpinError> {
 }
 
 fn flags(d: &Domain, domain: &str) -> Result<(bool, bool), VmpinError> {
-    let active = d.is_active().map_err(|e| libvirt("virDomainIsActive", domain, e))?;
-    let persistent = d.is_persistent().map_err(|e| libvirt("virDomainIsPersistent", domain, e))?;
+    let active = d
+        .is_active()
+        .map_err(|e| libvirt("virDomainIsActive", domain, e))?;
+    let persistent = d
+        .is_persistent()
+        .map_err(|e| libvirt("virDomainIsPersistent", domain, e))?;
     Ok((active, persistent))
 }
 
 fn xml_of(d: &Domain, domain: &str, inactive: bool) -> Result<String, VmpinError> {
-    let flags = if inactive { virt::sys::VIR_DOMAIN_XML_INACTIVE } else { 0 };
-    d.get_xml_desc(flags).map_err(|e| libvirt("virDomainGetXMLDesc", domain, e))
+    let flags = if inactive {
+        virt::sys::VIR_DOMAIN_XML_INACTIVE
+    } else {
+        0
+    };
+    d.get_xml_desc(flags)
+        .map_err(|e| libvirt("virDomainGetXMLDesc", domain, e))
 }
 
 fn record_live(
@@ -456,13 +538,17 @@ fn record_live(
 
 /// The length of libvirt's CPU bitmaps on this host.
 fn map_len(c: &Connect) -> Result<usize, VmpinError> {
-    let info = c.get_node_info().map_err(|e| libvirt("virNodeGetInfo", "the host", e))?;
+    let info = c
+        .get_node_info()
+        .map_err(|e| libvirt("virNodeGetInfo", "the host", e))?;
     let max = info.nodes.max(1) * info.sockets.max(1) * info.cores.max(1) * info.threads.max(1);
     Ok((max.max(info.cpus) as usize).div_ceil(8))
 }
 
 fn all_cpus(c: &Connect) -> Result<CpuSet, VmpinError> {
-    let info = c.get_node_info().map_err(|e| libvirt("virNodeGetInfo", "the host", e))?;
+    let info = c
+        .get_node_info()
+        .map_err(|e| libvirt("virNodeGetInfo", "the host", e))?;
     Ok(CpuSet::from_cpus(0..info.cpus))
 }
 
@@ -516,7 +602,10 @@ fn repin_live(
     let everywhere = all_cpus(c)?;
     for vcpu in 0..vcpus {
         let (set, what) = match pinning.vcpu_pins.get(vcpu as usize) {
-            Some(cpu) => (CpuSet::from_cpus([*cpu]), format!("pin vCPU {vcpu} to {cpu}")),
+            Some(cpu) => (
+                CpuSet::from_cpus([*cpu]),
+                format!("pin vCPU {vcpu} to {cpu}"),
+            ),
             None => (everywhere.clone(), format!("unpin vCPU {vcpu}")),
         };
         // virDomainPinVcpu changes the running domain only; the test driver refuses the _flags form.
@@ -526,7 +615,10 @@ fn repin_live(
     let (set, what) = if pinning.emulator_cpus.is_empty() {
         (everywhere, "unpin the emulator".to_owned())
     } else {
-        (pinning.emulator_cpus.clone(), format!("pin the emulator to {}", pinning.emulator_cpus))
+        (
+            pinning.emulator_cpus.clone(),
+            format!("pin the emulator to {}", pinning.emulator_cpus),
+        )
     };
     let r = d.pin_emulator(&cpumap(&set, len), virt::sys::VIR_DOMAIN_AFFECT_LIVE);
     record_live(live, restart, what, r.map(|_| ()));
@@ -537,15 +629,26 @@ fn repin_live(
     let current = d
         .get_numa_parameters(virt::sys::VIR_DOMAIN_AFFECT_LIVE)
         .map_err(|e| libvirt("virDomainGetNumaParameters", domain, e))?;
-    if current.mode.is_some_and(|m| m != memory.mode.libvirt_code()) {
-        restart.push(format!("memory mode {} takes effect at the next start", memory.mode.as_str()));
+    if current
+        .mode
+        .is_some_and(|m| m != memory.mode.libvirt_code())
+    {
+        restart.push(format!(
+            "memory mode {} takes effect at the next start",
+            memory.mode.as_str()
+        ));
     }
     let params = NUMAParameters {
         node_set: Some(memory.nodeset()),
         mode: None,
     };
     let r = d.set_numa_parameters(params, virt::sys::VIR_DOMAIN_AFFECT_LIVE);
-    record_live(live, restart, format!("bind memory to node {}", memory.nodeset()), r.map(|_| ()));
+    record_live(
+        live,
+        restart,
+        format!("bind memory to node {}", memory.nodeset()),
+        r.map(|_| ()),
+    );
     Ok(())
 }
 
@@ -566,10 +669,17 @@ fn topology_from_capabilities(caps: &str) -> Result<Option<HostTopology>, VmpinE
             .attr("id")
             .and_then(|i| i.parse().ok())
             .ok_or_else(|| VmpinError::Topology("a capabilities cell has no id".into()))?;
-        let memory_kib: u64 = cell.child("memory").and_then(|m| m.text().parse().ok()).unwrap_or(0);
+        let memory_kib: u64 = cell
+            .child("memory")
+            .and_then(|m| m.text().parse().ok())
+            .unwrap_or(0);
         let cpus = cell
             .child("cpus")
-            .map(|c| c.elements().filter_map(|cpu| cpu.attr("id")?.parse().ok()).collect::<Vec<u32>>())
+            .map(|c| {
+                c.elements()
+                    .filter_map(|cpu| cpu.attr("id")?.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
             .unwrap_or_default();
         nodes.push(HostNode {
             id,

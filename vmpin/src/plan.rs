@@ -52,7 +52,10 @@ impl HostTopology {
 
     /// The node a CPU belongs to.
     pub fn node_of_cpu(&self, cpu: u32) -> Option<NumaNodeId> {
-        self.nodes.iter().find(|n| n.cpus.contains(cpu)).map(|n| n.id)
+        self.nodes
+            .iter()
+            .find(|n| n.cpus.contains(cpu))
+            .map(|n| n.id)
     }
 }
 
@@ -346,30 +349,31 @@ impl NumaAccounting {
     }
 
     fn excluding(topology: &HostTopology, usage: &[DomainUsage], skip: Option<&str>) -> Self {
-        let counted: Vec<&DomainUsage> =
-            usage.iter().filter(|u| Some(u.domain.as_str()) != skip).collect();
-        let taken: BTreeSet<u32> = counted.iter().flat_map(|u| u.pinned_cpus.iter()).collect();
-        let nodes = topology
-            .nodes
+        let counted: Vec<&DomainUsage> = usage
             .iter()
-            .map(|n| {
-                let bound: u64 = counted
-                    .iter()
-                    .filter_map(|u| u.memory_mib_by_node.get(&n.id))
-                    .sum();
-                NodeAccount {
-                    node: n.id,
-                    cpus: n.cpus.clone(),
-                    free_cpus: CpuSet::from_cpus(
-                        n.cpus
-                            .iter()
-                            .filter(|c| !topology.reserved_cpus.contains(*c) && !taken.contains(c)),
-                    ),
-                    memory_mib: n.memory_mib,
-                    free_memory_mib: n.memory_mib.saturating_sub(bound),
-                }
-            })
+            .filter(|u| Some(u.domain.as_str()) != skip)
             .collect();
+        let taken: BTreeSet<u32> = counted.iter().flat_map(|u| u.pinned_cpus.iter()).collect();
+        let nodes =
+            topology
+                .nodes
+                .iter()
+                .map(|n| {
+                    let bound: u64 = counted
+                        .iter()
+                        .filter_map(|u| u.memory_mib_by_node.get(&n.id))
+                        .sum();
+                    NodeAccount {
+                        node: n.id,
+                        cpus: n.cpus.clone(),
+                        free_cpus: CpuSet::from_cpus(n.cpus.iter().filter(|c| {
+                            !topology.reserved_cpus.contains(*c) && !taken.contains(c)
+                        })),
+                        memory_mib: n.memory_mib,
+                        free_memory_mib: n.memory_mib.saturating_sub(bound),
+                    }
+                })
+                .collect();
         Self { nodes }
     }
 
@@ -408,7 +412,10 @@ impl NumaAccounting {
             *weights.entry(s.node).or_default() += 1;
         }
         let nodes: Vec<NumaNodeId> = weights.keys().copied().collect();
-        let vcpu_split = split(u64::from(req.vcpus), &weights.values().copied().collect::<Vec<_>>());
+        let vcpu_split = split(
+            u64::from(req.vcpus),
+            &weights.values().copied().collect::<Vec<_>>(),
+        );
         let shares: Vec<(NumaNodeId, u32)> = nodes
             .iter()
             .zip(&vcpu_split)
@@ -417,7 +424,10 @@ impl NumaAccounting {
             .collect();
         let mem_split = split(
             req.memory_kib,
-            &shares.iter().map(|(_, v)| u64::from(*v)).collect::<Vec<_>>(),
+            &shares
+                .iter()
+                .map(|(_, v)| u64::from(*v))
+                .collect::<Vec<_>>(),
         );
         let mut plan = PinPlan {
             expander_bus: req.options.expander_bus,
@@ -507,7 +517,9 @@ impl NumaAccounting {
         let mut others: Vec<NumaNodeId> = free.keys().copied().filter(|n| *n != node).collect();
         others.sort_by_key(|n| std::cmp::Reverse(free.get(n).map_or(0, Vec::len)));
         for other in others {
-            let Some(cpus) = free.get_mut(&other) else { continue };
+            let Some(cpus) = free.get_mut(&other) else {
+                continue;
+            };
             let n = missing.min(cpus.len());
             plan.vcpu_pins.extend(cpus.drain(..n));
             missing -= n;
@@ -517,7 +529,10 @@ impl NumaAccounting {
         }
         // Not even the whole host has a free CPU per vCPU: share the CPUs already chosen.
         let pool: Vec<u32> = plan.vcpu_pins.clone();
-        let fallback = self.node(node).map(|n| n.cpus.iter().collect::<Vec<_>>()).unwrap_or_default();
+        let fallback = self
+            .node(node)
+            .map(|n| n.cpus.iter().collect::<Vec<_>>())
+            .unwrap_or_default();
         let pool = if pool.is_empty() { fallback } else { pool };
         if pool.is_empty() {
             return Err(Rejection::InsufficientCpus {
@@ -526,8 +541,9 @@ impl NumaAccounting {
                 free: 0,
             });
         }
-        plan.compromises
-            .push(format!("the host has no free CPU left for {missing} vCPUs: they share CPUs"));
+        plan.compromises.push(format!(
+            "the host has no free CPU left for {missing} vCPUs: they share CPUs"
+        ));
         for i in 0..missing {
             plan.vcpu_pins.push(pool[i % pool.len()]);
         }
@@ -610,7 +626,9 @@ mod tests {
     fn mdev(n: u16) -> Slice {
         Slice {
             device: SliceDevice::Mdev {
-                uuid: format!("0000000{n}-0000-4000-8000-000000000000").parse().unwrap(),
+                uuid: format!("0000000{n}-0000-4000-8000-000000000000")
+                    .parse()
+                    .unwrap(),
             },
             node: NumaNodeId(n),
         }
@@ -645,21 +663,34 @@ mod tests {
             memory_mib_by_node: [(NumaNodeId(1), 4096)].into(),
         }];
         let acc = NumaAccounting::new(&two_nodes(), &usage);
-        assert_eq!(acc.node(NumaNodeId(0)).unwrap().free_cpus.to_string(), "2-7");
-        assert_eq!(acc.node(NumaNodeId(1)).unwrap().free_cpus.to_string(), "10-15");
+        assert_eq!(
+            acc.node(NumaNodeId(0)).unwrap().free_cpus.to_string(),
+            "2-7"
+        );
+        assert_eq!(
+            acc.node(NumaNodeId(1)).unwrap().free_cpus.to_string(),
+            "10-15"
+        );
         assert_eq!(acc.node(NumaNodeId(1)).unwrap().free_memory_mib, 12288);
-        let plan = acc.plan(&request(vec![mdev(1)], 4, 8192, Policy::Required)).unwrap();
+        let plan = acc
+            .plan(&request(vec![mdev(1)], 4, 8192, Policy::Required))
+            .unwrap();
         assert_eq!(plan.vcpu_pins, vec![10, 11, 12, 13]);
         assert_eq!(plan.emulator_cpus.to_string(), "10-13");
         let mem = plan.memory.as_ref().unwrap();
-        assert_eq!((mem.mode, mem.nodeset()), (MemoryMode::Strict, "1".to_owned()));
+        assert_eq!(
+            (mem.mode, mem.nodeset()),
+            (MemoryMode::Strict, "1".to_owned())
+        );
         assert!(plan.guest_cells.is_empty() && plan.compromises.is_empty());
     }
 
     #[test]
     fn required_rejects_with_the_reason() {
         let acc = NumaAccounting::new(&two_nodes(), &[]);
-        let err = acc.plan(&request(vec![mdev(0)], 7, 1024, Policy::Required)).unwrap_err();
+        let err = acc
+            .plan(&request(vec![mdev(0)], 7, 1024, Policy::Required))
+            .unwrap_err();
         assert_eq!(
             err,
             Rejection::InsufficientCpus {
@@ -669,12 +700,36 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("6 free CPUs"), "{err}");
-        let err = acc.plan(&request(vec![mdev(1)], 2, 20000, Policy::Required)).unwrap_err();
-        assert!(matches!(err, Rejection::InsufficientMemory { needed_mib: 20000, free_mib: 16384, .. }));
-        let err = acc.plan(&request(vec![mdev(3)], 2, 1, Policy::Required)).unwrap_err();
-        assert_eq!(err, Rejection::UnknownNode { node: NumaNodeId(3) });
-        assert_eq!(acc.plan(&request(vec![], 2, 1, Policy::Required)).unwrap_err(), Rejection::NoSlices);
-        assert_eq!(acc.plan(&request(vec![mdev(0)], 0, 1, Policy::Required)).unwrap_err(), Rejection::NoVcpus);
+        let err = acc
+            .plan(&request(vec![mdev(1)], 2, 20000, Policy::Required))
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Rejection::InsufficientMemory {
+                needed_mib: 20000,
+                free_mib: 16384,
+                ..
+            }
+        ));
+        let err = acc
+            .plan(&request(vec![mdev(3)], 2, 1, Policy::Required))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Rejection::UnknownNode {
+                node: NumaNodeId(3)
+            }
+        );
+        assert_eq!(
+            acc.plan(&request(vec![], 2, 1, Policy::Required))
+                .unwrap_err(),
+            Rejection::NoSlices
+        );
+        assert_eq!(
+            acc.plan(&request(vec![mdev(0)], 0, 1, Policy::Required))
+                .unwrap_err(),
+            Rejection::NoVcpus
+        );
     }
 
     #[test]
@@ -685,25 +740,40 @@ mod tests {
             memory_mib_by_node: [(NumaNodeId(0), 16384)].into(),
         }];
         let all = NumaAccounting::new(&two_nodes(), &usage);
-        assert!(all.plan(&request(vec![mdev(0)], 2, 1024, Policy::Required)).is_err());
+        assert!(
+            all.plan(&request(vec![mdev(0)], 2, 1024, Policy::Required))
+                .is_err()
+        );
         let own = NumaAccounting::for_domain(&two_nodes(), &usage, "vm");
-        assert_eq!(own.plan(&request(vec![mdev(0)], 2, 1024, Policy::Required)).unwrap().vcpu_pins, vec![2, 3]);
+        assert_eq!(
+            own.plan(&request(vec![mdev(0)], 2, 1024, Policy::Required))
+                .unwrap()
+                .vcpu_pins,
+            vec![2, 3]
+        );
     }
 
     #[test]
     fn preferred_spills_and_says_so() {
         let acc = NumaAccounting::new(&two_nodes(), &[]);
-        let plan = acc.plan(&request(vec![mdev(0)], 8, 20000, Policy::Preferred)).unwrap();
+        let plan = acc
+            .plan(&request(vec![mdev(0)], 8, 20000, Policy::Preferred))
+            .unwrap();
         assert_eq!(plan.vcpu_pins, vec![2, 3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(plan.compromises.len(), 2, "{:?}", plan.compromises);
         let mem = plan.memory.unwrap();
-        assert_eq!((mem.mode, mem.nodeset()), (MemoryMode::Preferred, "0".to_owned()));
+        assert_eq!(
+            (mem.mode, mem.nodeset()),
+            (MemoryMode::Preferred, "0".to_owned())
+        );
     }
 
     #[test]
     fn policy_none_pins_nothing() {
         let acc = NumaAccounting::new(&two_nodes(), &[]);
-        let plan = acc.plan(&request(vec![mdev(0)], 64, 1 << 30, Policy::None)).unwrap();
+        let plan = acc
+            .plan(&request(vec![mdev(0)], 64, 1 << 30, Policy::None))
+            .unwrap();
         assert!(plan.is_unpinned() && plan.guest_cells.is_empty());
     }
 
@@ -718,7 +788,10 @@ mod tests {
         assert_eq!(plan.guest_cells[0].vcpus.to_string(), "0-1");
         assert_eq!(plan.guest_cells[1].vcpus.to_string(), "2-3");
         assert_eq!(plan.guest_cells[1].host_node, NumaNodeId(1));
-        assert_eq!(plan.guest_cells.iter().map(|c| c.memory_kib).sum::<u64>(), 8192 * 1024);
+        assert_eq!(
+            plan.guest_cells.iter().map(|c| c.memory_kib).sum::<u64>(),
+            8192 * 1024
+        );
         // Two slices on node 1, one on node 0: node 1 gets two thirds.
         req.slices.push(mdev(1));
         req.vcpus = 6;
@@ -735,8 +808,18 @@ mod tests {
         let mut req = request(vec![mdev(1)], 2, 1024, Policy::Required);
         req.options.dedicated_emulator_cpus = 2;
         let plan = acc.plan(&req).unwrap();
-        assert_eq!((plan.vcpu_pins.clone(), plan.emulator_cpus.to_string()), (vec![8, 9], "10-11".to_owned()));
+        assert_eq!(
+            (plan.vcpu_pins.clone(), plan.emulator_cpus.to_string()),
+            (vec![8, 9], "10-11".to_owned())
+        );
         req.vcpus = 7;
-        assert!(matches!(acc.plan(&req), Err(Rejection::InsufficientCpus { needed: 9, free: 8, .. })));
+        assert!(matches!(
+            acc.plan(&req),
+            Err(Rejection::InsufficientCpus {
+                needed: 9,
+                free: 8,
+                ..
+            })
+        ));
     }
 }

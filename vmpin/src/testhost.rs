@@ -15,10 +15,10 @@ use std::path::Path;
 use ids::{NumaNodeId, PciAddress};
 use numa::CpuSet;
 
+use crate::VmpinError;
 use crate::domain::{NAMESPACE, PREFIX};
 use crate::plan::{HostNode, HostTopology};
 use crate::xml::{Document, Element};
-use crate::VmpinError;
 
 /// The demo VM's name.
 pub const DEMO_VM: &str = "vgpud-demo-vm";
@@ -70,18 +70,29 @@ fn demo_vm_element() -> Element {
         .with_child(text("vcpu", &DEMO_VM_VCPUS.to_string()))
         .with_child(
             Element::new("os").with_child(
-                text("type", "hvm").with_attr("arch", "x86_64").with_attr("machine", "q35"),
+                text("type", "hvm")
+                    .with_attr("arch", "x86_64")
+                    .with_attr("machine", "q35"),
             ),
         )
         .with_child(Element::new("features").with_child(Element::new("acpi")))
-        .with_child(Element::new("devices").with_child(
-            Element::new("controller").with_attr("type", "pci").with_attr("index", "0").with_attr("model", "pcie-root"),
-        ))
+        .with_child(
+            Element::new("devices").with_child(
+                Element::new("controller")
+                    .with_attr("type", "pci")
+                    .with_attr("index", "0")
+                    .with_attr("model", "pcie-root"),
+            ),
+        )
 }
 
 /// The test-driver host description for `topology`, with `gpus` as PCI node devices and,
 /// when `demo_vm`, the demo VM defined and shut off.
-pub fn host_xml(topology: &HostTopology, gpus: &[TestGpu], demo_vm: bool) -> Result<String, VmpinError> {
+pub fn host_xml(
+    topology: &HostTopology,
+    gpus: &[TestGpu],
+    demo_vm: bool,
+) -> Result<String, VmpinError> {
     if topology.nodes.is_empty() {
         return Err(VmpinError::Topology("no NUMA nodes".into()));
     }
@@ -129,7 +140,13 @@ pub fn host_xml(topology: &HostTopology, gpus: &[TestGpu], demo_vm: bool) -> Res
 
 fn gpu_device(gpu: &TestGpu) -> Element {
     let a = gpu.address;
-    let name = format!("pci_{:04x}_{:02x}_{:02x}_{:x}", a.domain(), a.bus(), a.device(), a.function());
+    let name = format!(
+        "pci_{:04x}_{:02x}_{:02x}_{:x}",
+        a.domain(),
+        a.bus(),
+        a.device(),
+        a.function()
+    );
     Element::new("device")
         .with_child(text("name", &name))
         .with_child(text("parent", "computer"))
@@ -141,8 +158,13 @@ fn gpu_device(gpu: &TestGpu) -> Element {
                 .with_child(text("bus", &a.bus().to_string()))
                 .with_child(text("slot", &a.device().to_string()))
                 .with_child(text("function", &a.function().to_string()))
-                .with_child(text("product", &gpu.product).with_attr("id", &format!("0x{:04x}", gpu.device_id)))
-                .with_child(Element::new("vendor").with_attr("id", &format!("0x{:04x}", gpu.vendor_id)))
+                .with_child(
+                    text("product", &gpu.product)
+                        .with_attr("id", &format!("0x{:04x}", gpu.device_id)),
+                )
+                .with_child(
+                    Element::new("vendor").with_attr("id", &format!("0x{:04x}", gpu.vendor_id)),
+                )
                 .with_child(Element::new("numa").with_attr("node", &gpu.node.to_string())),
         )
 }
@@ -155,7 +177,10 @@ pub fn write_host_file(
     demo_vm: bool,
 ) -> Result<String, VmpinError> {
     if !path.is_absolute() {
-        return Err(VmpinError::Topology(format!("{} is not an absolute path", path.display())));
+        return Err(VmpinError::Topology(format!(
+            "{} is not an absolute path",
+            path.display()
+        )));
     }
     let xml = host_xml(topology, gpus, demo_vm)?;
     std::fs::write(path, xml).map_err(|source| VmpinError::Io {
@@ -175,20 +200,36 @@ pub fn read_topology(path: &Path) -> Result<HostTopology, VmpinError> {
     let topo = doc
         .root
         .elements()
-        .find(|e| e.local_name() == "topology" && e.prefix().and_then(|p| e.declared_namespace(p)).as_deref() == Some(NAMESPACE))
+        .find(|e| {
+            e.local_name() == "topology"
+                && e.prefix().and_then(|p| e.declared_namespace(p)).as_deref() == Some(NAMESPACE)
+        })
         .ok_or_else(|| VmpinError::Topology(format!("{} has no vgpud topology", path.display())))?;
     let bad = |what: &str| VmpinError::Topology(format!("{}: {what}", path.display()));
     let mut out = HostTopology::default();
     for e in topo.elements() {
         match e.local_name() {
             "node" => out.nodes.push(HostNode {
-                id: e.attr("id").and_then(|i| i.parse().ok()).ok_or_else(|| bad("a node has no id"))?,
-                cpus: e.attr("cpus").unwrap_or_default().parse::<CpuSet>().map_err(|_| bad("a CPU list is malformed"))?,
-                memory_mib: e.attr("memory-mib").and_then(|m| m.parse().ok()).ok_or_else(|| bad("a node has no memory"))?,
+                id: e
+                    .attr("id")
+                    .and_then(|i| i.parse().ok())
+                    .ok_or_else(|| bad("a node has no id"))?,
+                cpus: e
+                    .attr("cpus")
+                    .unwrap_or_default()
+                    .parse::<CpuSet>()
+                    .map_err(|_| bad("a CPU list is malformed"))?,
+                memory_mib: e
+                    .attr("memory-mib")
+                    .and_then(|m| m.parse().ok())
+                    .ok_or_else(|| bad("a node has no memory"))?,
             }),
             "reserved" => {
-                out.reserved_cpus =
-                    e.attr("cpus").unwrap_or_default().parse().map_err(|_| bad("the reserved CPU list is malformed"))?;
+                out.reserved_cpus = e
+                    .attr("cpus")
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(|_| bad("the reserved CPU list is malformed"))?;
             }
             _ => {}
         }

@@ -180,7 +180,9 @@ impl Element {
         let mut raw = String::new();
         for n in &self.children {
             match n {
-                Node::Text(t) => raw.push_str(&unescape(t).map_or_else(|_| t.clone(), |s| s.into())),
+                Node::Text(t) => {
+                    raw.push_str(&unescape(t).map_or_else(|_| t.clone(), |s| s.into()))
+                }
                 Node::CData(t) => raw.push_str(t),
                 _ => {}
             }
@@ -248,7 +250,10 @@ impl Element {
 
     /// Removes every child element matching `pred`, with the blank text just before each, and
     /// returns them in order along with the element position of the first one removed.
-    pub fn remove_where(&mut self, pred: impl Fn(&Element) -> bool) -> (Vec<Element>, Option<usize>) {
+    pub fn remove_where(
+        &mut self,
+        pred: impl Fn(&Element) -> bool,
+    ) -> (Vec<Element>, Option<usize>) {
         let mut removed = Vec::new();
         let mut first = None;
         let mut element_pos = 0usize;
@@ -271,7 +276,12 @@ impl Element {
                 i -= 1;
             }
         }
-        if self.self_closing && self.children.iter().all(|n| matches!(n, Node::Text(t) if is_blank(t))) {
+        if self.self_closing
+            && self
+                .children
+                .iter()
+                .all(|n| matches!(n, Node::Text(t) if is_blank(t)))
+        {
             // An element that was `<a/>` before children were added goes back to that form.
             self.children.clear();
         }
@@ -290,7 +300,10 @@ impl Element {
     /// Re-indents an element built in memory (element-only content) for `depth`. Elements with
     /// text content are left alone, so mixed content is never altered.
     pub fn indent(&mut self, depth: usize) {
-        if self.children.iter().any(|n| matches!(n, Node::Text(t) if !is_blank(t)))
+        if self
+            .children
+            .iter()
+            .any(|n| matches!(n, Node::Text(t) if !is_blank(t)))
             || !self.has_elements()
         {
             return;
@@ -364,7 +377,10 @@ fn parse_error(offset: u64, reason: impl std::fmt::Display) -> VmpinError {
     VmpinError::Xml(format!("at byte {offset}: {reason}"))
 }
 
-fn element_from(start: &quick_xml::events::BytesStart<'_>, offset: u64) -> Result<Element, VmpinError> {
+fn element_from(
+    start: &quick_xml::events::BytesStart<'_>,
+    offset: u64,
+) -> Result<Element, VmpinError> {
     let name = start.name().as_ref().to_owned();
     let mut attrs = Vec::new();
     let raw = start.attributes_raw();
@@ -382,7 +398,8 @@ fn element_from(start: &quick_xml::events::BytesStart<'_>, offset: u64) -> Resul
                 let rest = raw.get(after_key..)?;
                 let eq = rest.find('=')?;
                 let q = rest[eq + 1..].trim_start().chars().next()?;
-                let value_start = after_key + eq + 1 + (rest[eq + 1..].len() - rest[eq + 1..].trim_start().len());
+                let value_start =
+                    after_key + eq + 1 + (rest[eq + 1..].len() - rest[eq + 1..].trim_start().len());
                 cursor = value_start + value.len() + 2;
                 Some(q)
             })
@@ -435,11 +452,25 @@ fn parse_document(text: &str) -> Result<Document, VmpinError> {
             }
             Event::Text(t) => {
                 let raw = t.into_inner().into_owned();
-                push_text(&mut stack, outside, root.is_some(), &mut prolog, &mut epilog, raw);
+                push_text(
+                    &mut stack,
+                    outside,
+                    root.is_some(),
+                    &mut prolog,
+                    &mut epilog,
+                    raw,
+                );
             }
             Event::GeneralRef(r) => {
                 let raw = format!("&{};", r.into_inner());
-                push_text(&mut stack, outside, root.is_some(), &mut prolog, &mut epilog, raw);
+                push_text(
+                    &mut stack,
+                    outside,
+                    root.is_some(),
+                    &mut prolog,
+                    &mut epilog,
+                    raw,
+                );
             }
             Event::CData(c) => {
                 let raw = c.into_inner().into_owned();
@@ -476,7 +507,10 @@ fn parse_document(text: &str) -> Result<Document, VmpinError> {
         }
     }
     if !stack.is_empty() {
-        return Err(parse_error(reader.buffer_position(), "document ends inside an element"));
+        return Err(parse_error(
+            reader.buffer_position(),
+            "document ends inside an element",
+        ));
     }
     let root = root.ok_or_else(|| parse_error(0, "no root element"))?;
     Ok(Document {
@@ -534,13 +568,18 @@ mod tests {
         let thing = meta.elements().next().unwrap();
         assert_eq!(thing.prefix(), Some("other"));
         assert_eq!(thing.local_name(), "thing");
-        assert_eq!(thing.declared_namespace("other").as_deref(), Some("https://example.org/o"));
+        assert_eq!(
+            thing.declared_namespace("other").as_deref(),
+            Some("https://example.org/o")
+        );
         assert_eq!(thing.child("other:x").unwrap().text(), "text & more A");
     }
 
     #[test]
     fn escapes_what_it_writes() {
-        let e = Element::new("x").with_attr("v", "a'b<c>&\"").with_text("1 < 2 & ]]>");
+        let e = Element::new("x")
+            .with_attr("v", "a'b<c>&\"")
+            .with_text("1 < 2 & ]]>");
         let xml = e.to_xml();
         let back = Document::parse(&xml).unwrap().root;
         assert_eq!(back.attr("v").unwrap(), "a'b<c>&\"");
@@ -551,11 +590,20 @@ mod tests {
     fn indented_insert_then_remove_restores_the_text() {
         let src = "<a>\n  <b/>\n  <c/>\n</a>";
         let mut doc = Document::parse(src).unwrap();
-        doc.root.append_indented(Element::new("d").with_child(Element::new("e")), 0);
-        assert_eq!(doc.to_xml(), "<a>\n  <b/>\n  <c/>\n  <d>\n    <e/>\n  </d>\n</a>");
+        doc.root
+            .append_indented(Element::new("d").with_child(Element::new("e")), 0);
+        assert_eq!(
+            doc.to_xml(),
+            "<a>\n  <b/>\n  <c/>\n  <d>\n    <e/>\n  </d>\n</a>"
+        );
         doc.root.insert_indented(1, Element::new("z"), 0);
-        assert_eq!(doc.to_xml(), "<a>\n  <b/>\n  <z/>\n  <c/>\n  <d>\n    <e/>\n  </d>\n</a>");
-        let (gone, first) = doc.root.remove_where(|e| e.name() == "d" || e.name() == "z");
+        assert_eq!(
+            doc.to_xml(),
+            "<a>\n  <b/>\n  <z/>\n  <c/>\n  <d>\n    <e/>\n  </d>\n</a>"
+        );
+        let (gone, first) = doc
+            .root
+            .remove_where(|e| e.name() == "d" || e.name() == "z");
         assert_eq!(gone.len(), 2);
         assert_eq!(first, Some(1));
         assert_eq!(doc.to_xml(), src);
@@ -573,7 +621,15 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for bad in ["", "<a>", "<a></b>", "<a/><b/>", "text", "<a x='1' x='2'/>", "<a>&bogus</a>"] {
+        for bad in [
+            "",
+            "<a>",
+            "<a></b>",
+            "<a/><b/>",
+            "text",
+            "<a x='1' x='2'/>",
+            "<a>&bogus</a>",
+        ] {
             let r = Document::parse(bad);
             if let Ok(doc) = &r {
                 // quick-xml may accept some oddities; they must still round-trip.

@@ -2,6 +2,7 @@
 //!
 //! Golden files live in `tests/golden/`; `VMPIN_UPDATE_GOLDEN=1 cargo test -p vmpin` rewrites
 //! them from the current output (review the diff before committing).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 
@@ -15,33 +16,56 @@ use vmpin::{
 const OPERATOR_VM: &str = include_str!("data/operator-vm.xml");
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
     if std::env::var_os("VMPIN_UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).unwrap();
         return;
     }
     let expected = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (VMPIN_UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert_eq!(actual, expected, "{} differs (VMPIN_UPDATE_GOLDEN=1 rewrites it)", path.display());
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs (VMPIN_UPDATE_GOLDEN=1 rewrites it)",
+        path.display()
+    );
 }
 
 fn topology() -> HostTopology {
     HostTopology {
         nodes: vec![
-            HostNode { id: NumaNodeId(0), cpus: "0-15".parse().unwrap(), memory_mib: 65536 },
-            HostNode { id: NumaNodeId(1), cpus: "16-31".parse().unwrap(), memory_mib: 65536 },
+            HostNode {
+                id: NumaNodeId(0),
+                cpus: "0-15".parse().unwrap(),
+                memory_mib: 65536,
+            },
+            HostNode {
+                id: NumaNodeId(1),
+                cpus: "16-31".parse().unwrap(),
+                memory_mib: 65536,
+            },
         ],
         reserved_cpus: "0-1,16-17".parse().unwrap(),
     }
 }
 
 fn mdev(uuid: &str, node: u16) -> Slice {
-    Slice { device: SliceDevice::Mdev { uuid: uuid.parse().unwrap() }, node: NumaNodeId(node) }
+    Slice {
+        device: SliceDevice::Mdev {
+            uuid: uuid.parse().unwrap(),
+        },
+        node: NumaNodeId(node),
+    }
 }
 
 fn vf(addr: &str, node: u16) -> Slice {
     Slice {
-        device: SliceDevice::Pci { address: addr.parse().unwrap(), managed: false },
+        device: SliceDevice::Pci {
+            address: addr.parse().unwrap(),
+            managed: false,
+        },
         node: NumaNodeId(node),
     }
 }
@@ -65,7 +89,10 @@ fn parse_and_serialise_is_the_identity() {
     let xml = DomainXml::parse(OPERATOR_VM).unwrap();
     assert_eq!(xml.to_xml(), OPERATOR_VM);
     assert_eq!(xml.name().as_deref(), Some("operator-vm"));
-    assert_eq!((xml.vcpus().unwrap(), xml.memory_kib().unwrap()), (4, 8 * 1024 * 1024));
+    assert_eq!(
+        (xml.vcpus().unwrap(), xml.memory_kib().unwrap()),
+        (4, 8 * 1024 * 1024)
+    );
     assert!(xml.allocations().unwrap().is_empty());
 }
 
@@ -73,7 +100,8 @@ fn parse_and_serialise_is_the_identity() {
 fn one_node_allocation_matches_golden_and_releases_exactly() {
     let slices = [mdev(M1, 1), vf("0000:41:00.5", 1)];
     let mut xml = DomainXml::parse(OPERATOR_VM).unwrap();
-    xml.apply("alloc-1", &slices, &plan(&slices, PlanOptions::default())).unwrap();
+    xml.apply("alloc-1", &slices, &plan(&slices, PlanOptions::default()))
+        .unwrap();
     golden("operator-vm.alloc-1.xml", &xml.to_xml());
     golden("operator-vm.alloc-1.fragment.xml", &xml.fragment());
     let records = xml.allocations().unwrap();
@@ -87,7 +115,13 @@ fn one_node_allocation_matches_golden_and_releases_exactly() {
     assert_eq!(usage.pinned_cpus.to_string(), "18-21");
     assert_eq!(usage.memory_mib_by_node.get(&NumaNodeId(1)), Some(&8192));
     // Reparsing what we wrote reads the same record.
-    assert_eq!(DomainXml::parse(&xml.to_xml()).unwrap().allocations().unwrap(), records);
+    assert_eq!(
+        DomainXml::parse(&xml.to_xml())
+            .unwrap()
+            .allocations()
+            .unwrap(),
+        records
+    );
 
     let released = xml.release("alloc-1").unwrap();
     assert!(released.pinning_changed);
@@ -98,16 +132,29 @@ fn one_node_allocation_matches_golden_and_releases_exactly() {
 #[test]
 fn two_node_allocation_with_guest_cells_and_expander_buses() {
     let slices = [mdev(M1, 0), mdev(M2, 1)];
-    let options = PlanOptions { expander_bus: true, ..PlanOptions::default() };
+    let options = PlanOptions {
+        expander_bus: true,
+        ..PlanOptions::default()
+    };
     let mut xml = DomainXml::parse(OPERATOR_VM).unwrap();
-    xml.apply("alloc-2n", &slices, &plan(&slices, options)).unwrap();
+    xml.apply("alloc-2n", &slices, &plan(&slices, options))
+        .unwrap();
     golden("operator-vm.two-nodes.xml", &xml.to_xml());
     let text = xml.to_xml();
-    assert!(text.contains("<cell id='0' cpus='0-1' memory='4194304' unit='KiB'/>"), "{text}");
-    assert!(text.contains("<memnode cellid='1' mode='strict' nodeset='1'/>"), "{text}");
+    assert!(
+        text.contains("<cell id='0' cpus='0-1' memory='4194304' unit='KiB'/>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<memnode cellid='1' mode='strict' nodeset='1'/>"),
+        "{text}"
+    );
     assert!(text.contains("model='pcie-expander-bus'"), "{text}");
     // The operator's <cpu mode='host-passthrough'> keeps its attributes and gains <numa>.
-    assert!(text.contains("<cpu mode='host-passthrough' check='none' migratable='on'>"), "{text}");
+    assert!(
+        text.contains("<cpu mode='host-passthrough' check='none' migratable='on'>"),
+        "{text}"
+    );
     assert_eq!(xml.allocations().unwrap()[0].controllers, vec![2, 3, 4, 5]);
     xml.release("alloc-2n").unwrap();
     assert_eq!(xml.to_xml(), OPERATOR_VM);
@@ -120,7 +167,8 @@ fn two_allocations_release_in_either_order() {
     let both: Vec<Slice> = a.iter().chain(&b).cloned().collect();
     for order in [["a", "b"], ["b", "a"]] {
         let mut xml = DomainXml::parse(OPERATOR_VM).unwrap();
-        xml.apply("a", &a, &plan(&a, PlanOptions::default())).unwrap();
+        xml.apply("a", &a, &plan(&a, PlanOptions::default()))
+            .unwrap();
         let after_a = xml.to_xml();
         // The second allocation re-plans the whole VM (both slices, here on two nodes' worth).
         let mut plan_b = plan(&both, PlanOptions::default());
@@ -159,7 +207,10 @@ fn policy_none_adds_only_devices() {
     xml.apply("n", &slices, &p).unwrap();
     let text = xml.to_xml();
     assert!(text.contains(M1));
-    assert!(text.contains("<vcpupin vcpu='0' cpuset='0-15'/>"), "operator pinning kept");
+    assert!(
+        text.contains("<vcpupin vcpu='0' cpuset='0-15'/>"),
+        "operator pinning kept"
+    );
     assert_eq!(xml.allocations().unwrap()[0].pinning, None);
     xml.release("n").unwrap();
     assert_eq!(xml.to_xml(), OPERATOR_VM);
@@ -172,15 +223,30 @@ fn refuses_duplicates_and_unknown_ids_without_changing_anything() {
     let mut xml = DomainXml::parse(OPERATOR_VM).unwrap();
     xml.apply("a", &slices, &p).unwrap();
     let before = xml.to_xml();
-    assert!(matches!(xml.apply("a", &[mdev(M2, 1)], &p), Err(VmpinError::AllocationExists { .. })));
-    assert!(matches!(xml.apply("b", &slices, &p), Err(VmpinError::DeviceAlreadyPresent { .. })));
+    assert!(matches!(
+        xml.apply("a", &[mdev(M2, 1)], &p),
+        Err(VmpinError::AllocationExists { .. })
+    ));
+    assert!(matches!(
+        xml.apply("b", &slices, &p),
+        Err(VmpinError::DeviceAlreadyPresent { .. })
+    ));
     // The operator's own NIC counts as present too.
     let nic = [Slice {
-        device: SliceDevice::Pci { address: "0000:3b:00.1".parse().unwrap(), managed: true },
+        device: SliceDevice::Pci {
+            address: "0000:3b:00.1".parse().unwrap(),
+            managed: true,
+        },
         node: NumaNodeId(0),
     }];
-    assert!(matches!(xml.apply("c", &nic, &p), Err(VmpinError::DeviceAlreadyPresent { .. })));
-    assert!(matches!(xml.release("zzz"), Err(VmpinError::AllocationNotFound { .. })));
+    assert!(matches!(
+        xml.apply("c", &nic, &p),
+        Err(VmpinError::DeviceAlreadyPresent { .. })
+    ));
+    assert!(matches!(
+        xml.release("zzz"),
+        Err(VmpinError::AllocationNotFound { .. })
+    ));
     assert_eq!(xml.to_xml(), before);
 }
 
@@ -219,12 +285,22 @@ fn unreadable_metadata_is_an_error_naming_the_allocation() {
 fn records_under_another_prefix_are_found_by_namespace() {
     let slices = [mdev(M1, 1)];
     let mut xml = DomainXml::parse(OPERATOR_VM).unwrap();
-    xml.apply("a", &slices, &plan(&slices, PlanOptions::default())).unwrap();
-    let renamed = xml.to_xml().replace("vgpud:", "pin:").replace("xmlns:vgpud", "xmlns:pin");
+    xml.apply("a", &slices, &plan(&slices, PlanOptions::default()))
+        .unwrap();
+    let renamed = xml
+        .to_xml()
+        .replace("vgpud:", "pin:")
+        .replace("xmlns:vgpud", "xmlns:pin");
     let mut other = DomainXml::parse(&renamed).unwrap();
     assert_eq!(other.allocations().unwrap().len(), 1);
-    other.apply("b", &[mdev(M2, 1)], &PinPlan::default()).unwrap();
-    assert!(other.to_xml().contains("<pin:allocation id='b'>"), "{}", other.to_xml());
+    other
+        .apply("b", &[mdev(M2, 1)], &PinPlan::default())
+        .unwrap();
+    assert!(
+        other.to_xml().contains("<pin:allocation id='b'>"),
+        "{}",
+        other.to_xml()
+    );
     other.release("a").unwrap();
     other.release("b").unwrap();
     assert_eq!(other.to_xml(), OPERATOR_VM);

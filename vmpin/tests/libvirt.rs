@@ -2,22 +2,31 @@
 //!
 //! Each test opens its own host file, so tests running in parallel never share domains
 //! (connections to `test:///default` within one process share one in-memory host).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 
 use ids::NumaNodeId;
 use vmpin::testhost::{self, DEMO_VM, TestGpu};
 use vmpin::{
-    DomainXml, HostNode, HostTopology, Hypervisor, NumaAccounting, PinRequest, PlanOptions,
-    Policy, Slice, SliceDevice, VmpinError,
+    DomainXml, HostNode, HostTopology, Hypervisor, NumaAccounting, PinRequest, PlanOptions, Policy,
+    Slice, SliceDevice, VmpinError,
 };
 
 /// A two-socket host shaped like the simulator's DGX-class profile, scaled down.
 fn topology() -> HostTopology {
     HostTopology {
         nodes: vec![
-            HostNode { id: NumaNodeId(0), cpus: "0-15,32-47".parse().unwrap(), memory_mib: 65536 },
-            HostNode { id: NumaNodeId(1), cpus: "16-31,48-63".parse().unwrap(), memory_mib: 65536 },
+            HostNode {
+                id: NumaNodeId(0),
+                cpus: "0-15,32-47".parse().unwrap(),
+                memory_mib: 65536,
+            },
+            HostNode {
+                id: NumaNodeId(1),
+                cpus: "16-31,48-63".parse().unwrap(),
+                memory_mib: 65536,
+            },
         ],
         reserved_cpus: "0-1,16-17".parse().unwrap(),
     }
@@ -48,12 +57,20 @@ fn host(dir: &Path) -> Hypervisor {
 }
 
 fn mdev(uuid: &str, node: u16) -> Slice {
-    Slice { device: SliceDevice::Mdev { uuid: uuid.parse().unwrap() }, node: NumaNodeId(node) }
+    Slice {
+        device: SliceDevice::Mdev {
+            uuid: uuid.parse().unwrap(),
+        },
+        node: NumaNodeId(node),
+    }
 }
 
 fn vf(addr: &str, node: u16) -> Slice {
     Slice {
-        device: SliceDevice::Pci { address: addr.parse().unwrap(), managed: false },
+        device: SliceDevice::Pci {
+            address: addr.parse().unwrap(),
+            managed: false,
+        },
         node: NumaNodeId(node),
     }
 }
@@ -61,7 +78,12 @@ fn vf(addr: &str, node: u16) -> Slice {
 const M1: &str = "3b1e0c9a-0000-4a4a-8b8b-000000000001";
 const M2: &str = "3b1e0c9a-0000-4a4a-8b8b-000000000002";
 
-fn plan_for(hv: &Hypervisor, domain: &str, slices: &[Slice], options: PlanOptions) -> vmpin::PinPlan {
+fn plan_for(
+    hv: &Hypervisor,
+    domain: &str,
+    slices: &[Slice],
+    options: PlanOptions,
+) -> vmpin::PinPlan {
     let info = hv.domain_info(domain).unwrap();
     let acc = NumaAccounting::for_domain(&topology(), &hv.usage().unwrap(), domain);
     acc.plan(&PinRequest {
@@ -82,9 +104,15 @@ fn generated_two_node_host_file_is_loaded_by_the_test_driver() {
     assert_eq!((nodes, cpus, memory_kib), (2, 64, 2 * 65536 * 1024));
     // libvirt has no per-cell topology for file hosts; ours travels in the file.
     assert_eq!(hv.host_topology().unwrap(), None);
-    assert_eq!(testhost::read_topology(&dir.path().join("host.xml")).unwrap(), topology());
+    assert_eq!(
+        testhost::read_topology(&dir.path().join("host.xml")).unwrap(),
+        topology()
+    );
     let demo = hv.domain_info(DEMO_VM).unwrap();
-    assert_eq!((demo.vcpus, demo.memory_kib, demo.active, demo.persistent), (4, 8 * 1024 * 1024, false, true));
+    assert_eq!(
+        (demo.vcpus, demo.memory_kib, demo.active, demo.persistent),
+        (4, 8 * 1024 * 1024, false, true)
+    );
     // The GPUs are node devices carrying their NUMA node.
     let gpu_xml = hv.node_device_xml("pci_0000_c1_00_0").unwrap();
     assert!(gpu_xml.contains("<numa node='1'/>"), "{gpu_xml}");
@@ -137,9 +165,23 @@ fn running_domain_is_pinned_live_and_hostdevs_wait_for_a_restart() {
     assert!(report.active);
     // The test driver cannot hot-attach: the report says so, and the hostdev is persistent.
     let attach = &report.live[0];
-    assert!(attach.what.starts_with("attach mdev") && attach.error.is_some(), "{attach:?}");
-    assert!(report.restart_needed.iter().any(|r| r.starts_with("attach mdev")), "{:?}", report.restart_needed);
-    assert!(report.live[1..].iter().all(|a| a.error.is_none()), "{:?}", report.live);
+    assert!(
+        attach.what.starts_with("attach mdev") && attach.error.is_some(),
+        "{attach:?}"
+    );
+    assert!(
+        report
+            .restart_needed
+            .iter()
+            .any(|r| r.starts_with("attach mdev")),
+        "{:?}",
+        report.restart_needed
+    );
+    assert!(
+        report.live[1..].iter().all(|a| a.error.is_none()),
+        "{:?}",
+        report.live
+    );
     let live = hv.domain_xml(DEMO_VM, false).unwrap();
     assert!(live.contains("<vcpupin vcpu='0' cpuset='18'/>"), "{live}");
     assert!(live.contains("<vcpupin vcpu='3' cpuset='21'/>"), "{live}");
@@ -149,11 +191,28 @@ fn running_domain_is_pinned_live_and_hostdevs_wait_for_a_restart() {
     assert!(hv.domain_xml(DEMO_VM, true).unwrap().contains(M1));
     // The running domain's pins count for other VMs' planning.
     let acc = NumaAccounting::new(&topology(), &hv.usage().unwrap());
-    assert_eq!(acc.node(NumaNodeId(1)).unwrap().free_cpus.to_string(), "22-31,48-63");
+    assert_eq!(
+        acc.node(NumaNodeId(1)).unwrap().free_cpus.to_string(),
+        "22-31,48-63"
+    );
 
     let released = hv.release(DEMO_VM, "live-1").unwrap();
-    assert!(released.live.iter().any(|a| a.what == "unpin vCPU 0" && a.error.is_none()), "{:?}", released.live);
-    assert!(released.restart_needed.iter().any(|r| r.contains("memory binding")), "{:?}", released.restart_needed);
+    assert!(
+        released
+            .live
+            .iter()
+            .any(|a| a.what == "unpin vCPU 0" && a.error.is_none()),
+        "{:?}",
+        released.live
+    );
+    assert!(
+        released
+            .restart_needed
+            .iter()
+            .any(|r| r.contains("memory binding")),
+        "{:?}",
+        released.restart_needed
+    );
     assert_eq!(hv.domain_xml(DEMO_VM, true).unwrap(), original_persistent);
     hv.destroy(DEMO_VM).unwrap();
 }
@@ -166,16 +225,32 @@ fn two_allocations_on_one_domain_release_in_either_order() {
         let original = hv.domain_xml(DEMO_VM, true).unwrap();
         let a = [mdev(M1, 0)];
         let b = [mdev(M2, 1)];
-        hv.apply(DEMO_VM, "a", &a, &plan_for(&hv, DEMO_VM, &a, PlanOptions::default())).unwrap();
+        hv.apply(
+            DEMO_VM,
+            "a",
+            &a,
+            &plan_for(&hv, DEMO_VM, &a, PlanOptions::default()),
+        )
+        .unwrap();
         let both: Vec<Slice> = a.iter().chain(&b).cloned().collect();
         let plan_b = plan_for(&hv, DEMO_VM, &both, PlanOptions::default());
         assert_eq!(plan_b.guest_cells.len(), 2);
         let report = hv.apply(DEMO_VM, "b", &b, &plan_b).unwrap();
-        assert!(report.fragment.contains("<cell id='1' cpus='2-3' memory='4194304' unit='KiB'/>"), "{}", report.fragment);
+        assert!(
+            report
+                .fragment
+                .contains("<cell id='1' cpus='2-3' memory='4194304' unit='KiB'/>"),
+            "{}",
+            report.fragment
+        );
         assert_eq!(hv.allocations(DEMO_VM).unwrap().len(), 2);
         hv.release(DEMO_VM, order[0]).unwrap();
         hv.release(DEMO_VM, order[1]).unwrap();
-        assert_eq!(hv.domain_xml(DEMO_VM, true).unwrap(), original, "order {order:?}");
+        assert_eq!(
+            hv.domain_xml(DEMO_VM, true).unwrap(),
+            original,
+            "order {order:?}"
+        );
     }
 }
 
@@ -191,18 +266,39 @@ fn a_domain_with_foreign_metadata_keeps_it() {
         );
     hv.define(&foreign).unwrap();
     let original = hv.domain_xml("tenant-vm", true).unwrap();
-    assert!(original.contains("<nova:name>a &amp; b</nova:name>"), "{original}");
+    assert!(
+        original.contains("<nova:name>a &amp; b</nova:name>"),
+        "{original}"
+    );
     let slices = [vf("0000:41:00.4", 0)];
-    let options = PlanOptions { expander_bus: true, ..PlanOptions::default() };
-    hv.apply("tenant-vm", "x", &slices, &plan_for(&hv, "tenant-vm", &slices, options)).unwrap();
+    let options = PlanOptions {
+        expander_bus: true,
+        ..PlanOptions::default()
+    };
+    hv.apply(
+        "tenant-vm",
+        "x",
+        &slices,
+        &plan_for(&hv, "tenant-vm", &slices, options),
+    )
+    .unwrap();
     let applied = hv.domain_xml("tenant-vm", true).unwrap();
-    assert!(applied.contains("<nova:name>a &amp; b</nova:name>"), "{applied}");
+    assert!(
+        applied.contains("<nova:name>a &amp; b</nova:name>"),
+        "{applied}"
+    );
     assert!(applied.contains("model='pcie-expander-bus'"), "{applied}");
     // Another domain's scan shows only its own records; this one shows ours.
     let scan = hv.scan().unwrap();
     let mine = scan.iter().find(|d| d.domain == "tenant-vm").unwrap();
     assert_eq!(mine.allocations[0].id, "x");
-    assert!(scan.iter().find(|d| d.domain == DEMO_VM).unwrap().allocations.is_empty());
+    assert!(
+        scan.iter()
+            .find(|d| d.domain == DEMO_VM)
+            .unwrap()
+            .allocations
+            .is_empty()
+    );
     hv.release("tenant-vm", "x").unwrap();
     assert_eq!(hv.domain_xml("tenant-vm", true).unwrap(), original);
 }
@@ -219,7 +315,13 @@ fn scan_reports_unreadable_records_per_domain() {
     let scan = hv.scan().unwrap();
     let b = scan.iter().find(|d| d.domain == "broken-vm").unwrap();
     assert!(b.problem.as_deref().unwrap().contains("no id"), "{b:?}");
-    assert!(scan.iter().find(|d| d.domain == DEMO_VM).unwrap().problem.is_none());
+    assert!(
+        scan.iter()
+            .find(|d| d.domain == DEMO_VM)
+            .unwrap()
+            .problem
+            .is_none()
+    );
 }
 
 #[test]
@@ -227,10 +329,12 @@ fn planning_rejection_under_required() {
     let dir = tempfile::tempdir().unwrap();
     let hv = host(dir.path());
     // Another VM already holds most of node 1.
-    let hog = testhost::demo_vm_xml().replace("vgpud-demo-vm", "hog").replace(
-        "<vcpu>4</vcpu>",
-        "<vcpu>28</vcpu>\n  <cputune>\n    <emulatorpin cpuset='18-31,48-61'/>\n  </cputune>",
-    );
+    let hog = testhost::demo_vm_xml()
+        .replace("vgpud-demo-vm", "hog")
+        .replace(
+            "<vcpu>4</vcpu>",
+            "<vcpu>28</vcpu>\n  <cputune>\n    <emulatorpin cpuset='18-31,48-61'/>\n  </cputune>",
+        );
     hv.define(&hog).unwrap();
     let acc = NumaAccounting::for_domain(&topology(), &hv.usage().unwrap(), DEMO_VM);
     let err = acc
@@ -242,7 +346,10 @@ fn planning_rejection_under_required() {
             options: PlanOptions::default(),
         })
         .unwrap_err();
-    assert_eq!(err.to_string(), "NUMA node 1 has 2 free CPUs, 4 are needed for a local placement");
+    assert_eq!(
+        err.to_string(),
+        "NUMA node 1 has 2 free CPUs, 4 are needed for a local placement"
+    );
 }
 
 #[test]
@@ -251,11 +358,20 @@ fn unknown_domain_and_duplicate_allocation_are_clean_errors() {
     let hv = host(dir.path());
     let slices = [mdev(M1, 0)];
     let plan = plan_for(&hv, DEMO_VM, &slices, PlanOptions::default());
-    assert!(matches!(hv.apply("nope", "a", &slices, &plan), Err(VmpinError::NoDomain(_))));
+    assert!(matches!(
+        hv.apply("nope", "a", &slices, &plan),
+        Err(VmpinError::NoDomain(_))
+    ));
     hv.apply(DEMO_VM, "a", &slices, &plan).unwrap();
     let before = hv.domain_xml(DEMO_VM, true).unwrap();
-    assert!(matches!(hv.apply(DEMO_VM, "a", &slices, &plan), Err(VmpinError::AllocationExists { .. })));
-    assert!(matches!(hv.release(DEMO_VM, "zzz"), Err(VmpinError::AllocationNotFound { .. })));
+    assert!(matches!(
+        hv.apply(DEMO_VM, "a", &slices, &plan),
+        Err(VmpinError::AllocationExists { .. })
+    ));
+    assert!(matches!(
+        hv.release(DEMO_VM, "zzz"),
+        Err(VmpinError::AllocationNotFound { .. })
+    ));
     assert_eq!(hv.domain_xml(DEMO_VM, true).unwrap(), before);
 }
 
@@ -266,7 +382,10 @@ fn libvirtd_down_is_a_clean_connect_error() {
     let uri = format!("qemu+unix:///system?socket={}", socket.display());
     let err = Hypervisor::open(&uri).unwrap_err();
     assert!(matches!(err, VmpinError::Connect { .. }), "{err:?}");
-    assert_eq!(err.to_string(), format!("cannot connect to libvirt at {uri}"));
+    assert_eq!(
+        err.to_string(),
+        format!("cannot connect to libvirt at {uri}")
+    );
     let cause = std::error::Error::source(&err).unwrap().to_string();
     assert!(cause.contains("no-libvirtd.sock"), "{cause}");
 }
@@ -280,8 +399,13 @@ fn transcript_pin_the_demo_vm() {
     let plan = plan_for(&hv, DEMO_VM, &slices, PlanOptions::default());
     let report = hv.apply(DEMO_VM, "demo-alloc", &slices, &plan).unwrap();
     println!("== vmpin transcript: {} on {}", DEMO_VM, hv.uri());
-    println!("plan: vCPU -> host CPU {:?}, emulator {}, memory {} on node {}", plan.vcpu_pins, plan.emulator_cpus,
-        plan.memory.as_ref().unwrap().mode.as_str(), plan.memory.as_ref().unwrap().nodeset());
+    println!(
+        "plan: vCPU -> host CPU {:?}, emulator {}, memory {} on node {}",
+        plan.vcpu_pins,
+        plan.emulator_cpus,
+        plan.memory.as_ref().unwrap().mode.as_str(),
+        plan.memory.as_ref().unwrap().nodeset()
+    );
     println!("resulting domain XML fragment:\n{}", report.fragment);
     let xml = DomainXml::parse(&hv.domain_xml(DEMO_VM, true).unwrap()).unwrap();
     assert_eq!(xml.current_pinning().vcpu_pins, plan.vcpu_pins);
