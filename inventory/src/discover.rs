@@ -324,18 +324,7 @@ fn gpu_numa(
 fn add_nvml_details(gpu: &mut Gpu, nvml: &dyn Nvml, index: u32, warnings: &mut Vec<String>) {
     gpu.mig = mig_info(nvml, index, warnings);
     match nvml.supported_vgpu_types(index) {
-        Ok(types) => {
-            gpu.vgpu_types = types
-                .into_iter()
-                .map(|t| VgpuTypeInfo {
-                    id: t.id,
-                    name: t.name,
-                    class: t.class,
-                    framebuffer_mib: t.framebuffer_mib,
-                    max_instances: t.max_instances,
-                })
-                .collect();
-        }
+        Ok(types) => gpu.vgpu_types = types,
         Err(e) if e.code == gpu::NvmlCode::NOT_SUPPORTED => {}
         Err(e) => warnings.push(e.to_string()),
     }

@@ -247,20 +247,8 @@ pub struct VgpuTypeRef {
     pub name: String,
 }
 
-/// A vGPU type as NVML describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VgpuTypeInfo {
-    /// Type id.
-    pub id: VgpuTypeId,
-    /// Name.
-    pub name: String,
-    /// Class (`Compute`, `Quadro`, …).
-    pub class: String,
-    /// Framebuffer per vGPU, MiB.
-    pub framebuffer_mib: u64,
-    /// Most per GPU.
-    pub max_instances: u32,
-}
+/// A vGPU type as NVML describes it (the same value the `gpu` crate returns).
+pub use gpu::VgpuTypeInfo;
 
 /// AMD partitioning and VFs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
