@@ -411,3 +411,15 @@ fn transcript_pin_the_demo_vm() {
     assert_eq!(xml.current_pinning().vcpu_pins, plan.vcpu_pins);
     assert!(report.fragment.contains("<vcpupin vcpu='0' cpuset='18'/>"));
 }
+
+#[test]
+fn the_connection_can_move_to_a_blocking_thread() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Hypervisor>();
+    let hv = std::sync::Arc::new(Hypervisor::open("test:///default").unwrap());
+    let other = std::sync::Arc::clone(&hv);
+    let nodes = std::thread::spawn(move || other.node_summary().unwrap().0)
+        .join()
+        .unwrap();
+    assert_eq!(nodes, 2);
+}
