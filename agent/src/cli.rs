@@ -27,6 +27,15 @@ pub enum Command {
     /// Drive a simulated host kept in a state directory.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Write a simulator profile (TOML) describing this host's hardware.
+    CaptureProfile {
+        /// Read sysfs under PATH instead of / (vendor libraries are then not asked).
+        #[arg(long, value_name = "PATH")]
+        root: Option<PathBuf>,
+        /// Write the profile to FILE instead of standard output.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 /// Which host a command looks at.
@@ -173,6 +182,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Inventory(args) => inventory(&args),
         Command::Sim(cmd) => sim(cmd),
+        Command::CaptureProfile { root, output } => {
+            let access = host::real_access(root.as_deref().unwrap_or(std::path::Path::new("/")));
+            let text = crate::capture::capture(&access)?.to_toml()?;
+            match output {
+                Some(file) => std::fs::write(&file, text)
+                    .with_context(|| format!("writing {}", file.display())),
+                None => print(&text),
+            }
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! Later issues add the slice engine, the desired-state store and the daemon here. This crate
 //! must not parse HTTP or D-Bus; those front ends live in `api`.
 
+pub mod capture;
 pub mod cli;
 pub mod engine;
 pub mod host;
