@@ -69,7 +69,8 @@ pub fn capture(access: &HostAccess) -> anyhow::Result<Captured> {
     };
     let hostname = access.hostname.clone().unwrap_or_else(|| c.hostname());
     let numa_nodes = c.numa()?;
-    let pci = c.pci();
+    let mut pci = c.pci();
+    c.forget_unknown_nodes(&mut pci, &numa_nodes);
     let parents = c.mdev_parents();
     let mut profile = Profile {
         name: format!("captured-{hostname}"),
@@ -232,6 +233,24 @@ impl Capturer<'_> {
                 .and_then(|p| upstream_function(&p, *addr, &present));
         }
         out
+    }
+
+    /// A device may name a node that is offline or was not captured: record "no locality".
+    fn forget_unknown_nodes(
+        &mut self,
+        pci: &mut BTreeMap<PciAddress, Function>,
+        nodes: &[NumaNodeSpec],
+    ) {
+        for (addr, f) in pci.iter_mut() {
+            let known = nodes.iter().any(|n| i32::from(n.id) == f.raw_numa);
+            if f.raw_numa != -1 && !known {
+                self.notes.push(format!(
+                    "{addr}: numa_node {} is not a captured NUMA node, -1 recorded",
+                    f.raw_numa
+                ));
+                f.raw_numa = -1;
+            }
+        }
     }
 
     fn mdev_parents(&mut self) -> BTreeMap<MdevParentName, mdev::MdevParent> {

@@ -88,11 +88,12 @@ fn a_fixture_root_is_captured() {
         "Node 0 MemTotal: 8192000 kB\nNode 0 MemFree: 4096000 kB\n",
     );
     let nic = "/sys/devices/pci0000:00/0000:00:1f.6";
+    // Node 3 is not online: the capture records no locality rather than an invalid node.
     for (f, v) in [
         ("vendor", "0x8086"),
         ("device", "0x15bb"),
         ("class", "0x020000"),
-        ("numa_node", "-1"),
+        ("numa_node", "3"),
     ] {
         tree.file(&format!("{nic}/{f}"), &format!("{v}\n"));
     }
