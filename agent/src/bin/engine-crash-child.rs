@@ -1,0 +1,128 @@
+//! Test driver for the engine's crash test: drives an engine over a persisted simulated host
+//! with random mixed operations and prints one `ACK` line per operation that returned success,
+//! so the test can SIGKILL it at any point and check afterwards that nothing acknowledged was
+//! lost. Not part of the product.
+//!
+//! Usage: `engine-crash-child HOST_DIR STATE_DIR SEED`
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agent::engine::{
+    AllocationRequest, CreateSlice, Engine, EngineConfig, SliceKind, SliceRequest, SliceSpec,
+};
+
+/// A small deterministic generator (xorshift64*): no dependency for a test driver.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("engine-crash-child: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [host_dir, state_dir, seed] = args.as_slice() else {
+        anyhow::bail!("usage: engine-crash-child HOST_DIR STATE_DIR SEED");
+    };
+    let host = sim::SimHost::open(&PathBuf::from(host_dir))?;
+    let engine = Engine::open(EngineConfig::new(state_dir, agent::host::sim_access(&host)))?;
+    engine.reconcile()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY")?;
+    out.flush()?;
+    let mut rng = Rng(seed.parse::<u64>()?.max(1));
+    loop {
+        if let Some(line) = step(&engine, &mut rng, &mut out) {
+            writeln!(out, "ACK {line}")?;
+            out.flush()?;
+        }
+    }
+}
+
+const TYPES: [(&str, Option<&str>); 3] = [
+    ("nvidia-222", Some("0000:41:00.0")),
+    ("nvidia-700", None),
+    ("vf", None),
+];
+
+/// Announces an operation that removes something before it starts: if the child dies before
+/// its acknowledgement, the removal may or may not have happened.
+fn begin(out: &mut impl Write, what: &str) -> Option<()> {
+    writeln!(out, "BEGIN {what}").ok()?;
+    out.flush().ok()
+}
+
+/// One random operation; the acknowledgement line when it succeeded.
+fn step(engine: &Engine, rng: &mut Rng, out: &mut impl Write) -> Option<String> {
+    match rng.below(10) {
+        0..=3 => {
+            let (t, gpu) = TYPES[rng.below(TYPES.len())];
+            let a = engine
+                .allocate(AllocationRequest {
+                    consumer: format!("c{}", rng.below(1000)),
+                    vm: None,
+                    request: SliceRequest {
+                        slice_type: t.into(),
+                        count: 1,
+                        gpu: gpu.and_then(|g| g.parse().ok()),
+                        idempotency_key: None,
+                    },
+                })
+                .ok()?;
+            let slices: Vec<String> = a.slices.iter().map(ToString::to_string).collect();
+            Some(format!("alloc {} {}", a.id, slices.join(",")))
+        }
+        4..=6 => {
+            let all = engine.allocations();
+            let a = all.get(rng.below(all.len()))?;
+            begin(out, &format!("release {}", a.id))?;
+            engine.release(a.id).ok()?;
+            Some(format!("release {}", a.id))
+        }
+        7 | 8 => {
+            let kind = match rng.below(2) {
+                0 => SliceKind::Mdev {
+                    type_id: "nvidia-704".parse().ok()?,
+                },
+                _ => SliceKind::Passthrough,
+            };
+            let gpu = ["0000:85:00.0", "0000:86:00.0"][rng.below(2)]
+                .parse()
+                .ok()?;
+            let s = engine
+                .create_slice(CreateSlice {
+                    spec: SliceSpec { gpu, kind },
+                    owner: None,
+                })
+                .ok()?;
+            Some(format!("create {}", s.id))
+        }
+        _ => {
+            let free: Vec<_> = engine
+                .slices()
+                .into_iter()
+                .filter(|s| s.owner.is_none())
+                .collect();
+            let s = free.get(rng.below(free.len()))?;
+            begin(out, &format!("destroy {}", s.id))?;
+            engine.destroy_slice(s.id).ok()?;
+            Some(format!("destroy {}", s.id))
+        }
+    }
+}

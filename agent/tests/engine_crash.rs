@@ -1,0 +1,199 @@
+//! Crash safety: a child process drives the engine and is killed with SIGKILL at random points
+//! during 200+ acknowledged mixed operations, restarting each time. Afterwards nothing is
+//! leaked, nothing is allocated twice, and nothing acknowledged is lost.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+mod engine_common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agent::engine::{AllocationId, SliceId, SliceState};
+use engine_common::*;
+use sim::{Profile, SimHost};
+
+const CHILD: &str = env!("CARGO_BIN_EXE_engine-crash-child");
+const TARGET_OPS: usize = 200;
+
+/// What the children acknowledged, in order.
+#[derive(Default)]
+struct Acks {
+    allocs: BTreeMap<AllocationId, Vec<SliceId>>,
+    released: BTreeSet<AllocationId>,
+    created: BTreeSet<SliceId>,
+    destroyed: BTreeSet<SliceId>,
+    /// Removals started, acknowledged or not.
+    begun: BTreeSet<String>,
+    count: usize,
+}
+
+impl Acks {
+    fn take(&mut self, line: &str) {
+        if let Some(what) = line.strip_prefix("BEGIN ") {
+            self.begun.insert(what.to_owned());
+            return;
+        }
+        let mut words = line.split_whitespace().skip(1);
+        let (op, id) = (words.next().unwrap(), words.next().unwrap());
+        match op {
+            "alloc" => {
+                let slices = words
+                    .next()
+                    .unwrap()
+                    .split(',')
+                    .map(|s| s.parse().unwrap())
+                    .collect();
+                self.allocs.insert(id.parse().unwrap(), slices);
+            }
+            "release" => {
+                self.released.insert(id.parse().unwrap());
+            }
+            "create" => {
+                self.created.insert(id.parse().unwrap());
+            }
+            "destroy" => {
+                self.destroyed.insert(id.parse().unwrap());
+            }
+            other => panic!("unknown ack {other}"),
+        }
+        self.count += 1;
+    }
+}
+
+/// Runs one child until `kill_after` past its READY line (or until it has acknowledged
+/// `limit` operations), then SIGKILLs it.
+fn run_child(
+    host: &std::path::Path,
+    state: &std::path::Path,
+    seed: u64,
+    kill_after: Duration,
+    acks: &mut Acks,
+) {
+    let mut child = Command::new(CHILD)
+        .arg(host)
+        .arg(state)
+        .arg(seed.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let ready = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the child never got ready");
+    assert_eq!(ready, "READY");
+    let deadline = Instant::now() + kill_after;
+    let mut lines = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => break,
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    for line in lines
+        .iter()
+        .filter(|l| l.starts_with("ACK ") || l.starts_with("BEGIN "))
+    {
+        acks.take(line);
+    }
+}
+
+#[test]
+fn kill_nine_at_random_points_loses_and_leaks_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host_dir = tmp.path().join("host");
+    let state = tmp.path().join("state");
+    SimHost::create(&host_dir, Profile::builtin("vdi-mixed").unwrap()).unwrap();
+    let mut acks = Acks::default();
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("crash test seed {seed}");
+    let mut runs = 0;
+    while acks.count < TARGET_OPS {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let kill_after = Duration::from_micros(seed % 250_000);
+        run_child(&host_dir, &state, seed, kill_after, &mut acks);
+        runs += 1;
+        assert!(runs < 2000, "the children make no progress");
+    }
+    eprintln!(
+        "{} acknowledged operations over {runs} killed runs",
+        acks.count
+    );
+
+    let h = SimHost::open(&host_dir).unwrap();
+    let e = engine(&h, &state);
+    let report = e.reconcile().unwrap();
+    assert!(
+        report.foreign.is_empty(),
+        "leaked (not in the ledger): {:?}",
+        report.foreign
+    );
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(report.intents_pending.is_empty(), "{report:?}");
+    assert_eq!(e.pending_intents(), 0);
+
+    // Nothing allocated twice, and every allocated slice is there and allocated.
+    let allocations = e.allocations();
+    let mut held = BTreeSet::new();
+    for a in &allocations {
+        for s in &a.slices {
+            assert!(held.insert(*s), "slice {s} is in two allocations");
+            assert_eq!(e.slice(*s).unwrap().state, SliceState::Allocated);
+        }
+    }
+    // Nothing acknowledged lost.
+    let live: BTreeMap<AllocationId, Vec<SliceId>> = allocations
+        .iter()
+        .map(|a| (a.id, a.slices.clone()))
+        .collect();
+    for (id, slices) in &acks.allocs {
+        if acks.released.contains(id) {
+            assert!(!live.contains_key(id), "released allocation {id} is back");
+        } else if !acks.begun.contains(&format!("release {id}")) {
+            assert_eq!(
+                live.get(id),
+                Some(slices),
+                "acknowledged allocation {id} lost"
+            );
+        }
+    }
+    let slices: BTreeMap<SliceId, SliceState> =
+        e.slices().into_iter().map(|s| (s.id, s.state)).collect();
+    for id in &acks.created {
+        if acks.destroyed.contains(id) {
+            assert!(!slices.contains_key(id), "destroyed slice {id} is back");
+        } else if !acks.begun.contains(&format!("destroy {id}")) {
+            assert!(slices.contains_key(id), "acknowledged slice {id} lost");
+        }
+    }
+    assert!(
+        slices
+            .values()
+            .all(|s| matches!(s, SliceState::Ready | SliceState::Allocated)),
+        "{slices:?}"
+    );
+    // The host carries exactly the owned slices.
+    assert_eq!(host_slices(&h).len(), slices.len());
+}
