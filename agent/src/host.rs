@@ -78,10 +78,17 @@ pub fn open(choice: &HostChoice) -> anyhow::Result<HostAccess> {
 
 /// Access to a simulated host.
 pub fn sim_access(sim: &SimHost) -> HostAccess {
+    let nvml = sim.nvml();
+    // A simulated host without NVIDIA GPUs is like a real one without the driver: NVML is absent,
+    // which is normal, rather than a library that answers with errors.
+    let nvml = match nvml.driver_version() {
+        Err(e) if e.code == gpu::NvmlCode::DRIVER_NOT_LOADED => Err(e.to_string()),
+        _ => Ok(nvml),
+    };
     HostAccess {
         source: format!("sim:{}", sim.profile_name()),
         sysfs: sim.sysfs(),
-        nvml: Ok(sim.nvml()),
+        nvml,
         amd: Ok((sim.amd(), "simulated AMD SMI".to_owned())),
         hostname: Some(sim.hostname()),
     }
