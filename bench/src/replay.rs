@@ -17,6 +17,11 @@ use sched::{
 
 use crate::openb::{Node, Pod, Typical, typical_pods};
 
+/// Fragmentation differences below this many GPUs count as equal when vgpud compares nodes
+/// (FGD's integer scores have a step of about 0.04 GPU near zero; exact comparison of tiny
+/// differences scattered pods over more nodes and lost about a point in our runs).
+const HOST_TIE_GPUS: f64 = 0.05;
+
 /// Normalisers of the simulator (`MaxSpecCpu`, `MaxSpecGpu`).
 const MAX_SPEC_CPU: f64 = 128_000.0;
 const MAX_SPEC_GPU: f64 = 8_000.0;
@@ -174,6 +179,9 @@ fn fgd_frag(st: &NodeState, model: &str, typical: &[Typical]) -> f64 {
     frag
 }
 
+/// Node state (model, CPU, memory, sorted free GPU shares) and pod shape.
+type VgpudMemoKey = (u8, i64, i64, [u16; 8], Pod);
+
 struct Cluster<'a> {
     nodes: &'a [Node],
     models: Vec<String>,
@@ -182,8 +190,10 @@ struct Cluster<'a> {
     typical: Vec<Typical>,
     frag_memo: HashMap<(u8, i64, [u16; 8]), f64>,
     vgpud: Option<Policy>,
-    vgpud_memo: HashMap<(u8, i64, i64, [u16; 8], Pod), Option<(i64, i64)>>,
+    vgpud_memo: HashMap<VgpudMemoKey, Option<(i64, i64)>>,
     first_tie: bool,
+    /// CPU the trace's GPU pods ask per thousandth of a GPU.
+    cpu_per_gpu_milli: f64,
 }
 
 impl<'a> Cluster<'a> {
@@ -211,6 +221,7 @@ impl<'a> Cluster<'a> {
             vgpud: None,
             vgpud_memo: HashMap::new(),
             first_tie: std::env::var_os("REPLAY_RANDOM_TIE").is_none(),
+            cpu_per_gpu_milli: 0.0,
         }
     }
 
@@ -354,8 +365,9 @@ impl<'a> Cluster<'a> {
         r
     }
 
-    /// vgpud's ranking key of node `i` for `pod` (lower is better): fragmentation added in
-    /// millionths of a GPU, then GPU capacity left on the node.
+    /// vgpud's ranking key of node `i` for `pod` (lower is better): the fragmentation the
+    /// host's `sched::host_score` says the pod adds, in steps of [`HOST_TIE_GPUS`]; equal keys
+    /// go to the first node in order, as for the baselines.
     fn vgpud_key(&mut self, i: usize, pod: &Pod) -> Option<(i64, i64)> {
         let st = self.st.get(i)?;
         let (m, cpu, left) = st.key();
@@ -378,30 +390,19 @@ impl<'a> Cluster<'a> {
                 n.free_memory_mib = n.free_memory_mib.saturating_sub(pod.memory_mib);
             }
             let added = sched::fragmentation(&after, w).ok()? - before;
-            let tol: f64 = std::env::var("VGPUD_TOL")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(1e-6);
-            let second = match std::env::var("VGPUD_CPU").ok().as_deref() {
-                Some("surplus") => {
-                    -(st.cpu_left - i64::from(pod.cpu_milli) - 11 * i64::from(st.gpu_left_total()))
-                }
-                Some("gpu") => i64::from(st.gpu_left_total()),
-                _ => st.cpu_left - i64::from(pod.cpu_milli),
-            };
-            Some(((added / tol).round() as i64, second))
+            // Equal fragmentation: the node with the most CPU to spare for its free GPUs, so
+            // CPU-only pods do not take the CPU that GPU pods will need there.
+            let cpu_after = st.cpu_left - i64::from(pod.cpu_milli);
+            let surplus =
+                cpu_after as f64 - self.cpu_per_gpu_milli * f64::from(st.gpu_left_total());
+            Some((
+                (added / HOST_TIE_GPUS).round() as i64,
+                -(surplus.round() as i64),
+            ))
         } else {
             let hs = sched::host_score(&snap, &Self::request(pod), policy);
-            let tol: f64 = std::env::var("VGPUD_TOL")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(1e-6);
-            hs.feasible.then(|| {
-                (
-                    (hs.frag_added / tol).round() as i64,
-                    (hs.host_free_after * 1000.0).round() as i64,
-                )
-            })
+            hs.feasible
+                .then(|| ((hs.frag_added / HOST_TIE_GPUS).round() as i64, 0))
         };
         self.vgpud_memo.insert(memo_key, key);
         key
@@ -663,11 +664,13 @@ pub fn replay(
     let typical = typical_pods(original, 95.0);
     let mut cluster = Cluster::new(nodes, typical.clone(), seed);
     if policy == ReplayPolicy::Vgpud {
-        let pct: f64 = std::env::var("VGPUD_MIX_PCT")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(100.0);
-        cluster.vgpud = Some(vgpud_policy(&typical_pods(original, pct)));
+        // The whole observed mix, rare large shapes included: an 8-GPU pod is 0.5 % of pods
+        // and falls outside FGD's 95 % cut, yet it is what empty nodes must be kept for.
+        cluster.vgpud = Some(vgpud_policy(&typical_pods(original, 100.0)));
+        let gpu_pods = original.iter().filter(|p| p.num_gpu > 0);
+        let cpu: f64 = gpu_pods.clone().map(|p| f64::from(p.cpu_milli)).sum();
+        let milli: f64 = gpu_pods.map(|p| p.total_milli() as f64).sum();
+        cluster.cpu_per_gpu_milli = if milli > 0.0 { cpu / milli } else { 0.0 };
     }
     // The simulator names nodes with a random prefix, so equal scores do not favour file order.
     let mut order: Vec<usize> = (0..nodes.len()).collect();
@@ -717,6 +720,35 @@ pub fn replay(
         }
     }
     let at_end = 100.0 * used as f64 / capacity as f64;
+    if std::env::var_os("REPLAY_DEBUG").is_some() {
+        let mut by_cpu = [0u64; 4];
+        let mut partial = 0u64;
+        let mut whole = 0u64;
+        for s in &cluster.st {
+            let free = u64::from(s.gpu_left_total());
+            let b = match s.cpu_left {
+                c if c < 3152 => 0,
+                c if c < 8000 => 1,
+                c if c < 12000 => 2,
+                _ => 3,
+            };
+            by_cpu[b] += free;
+            for l in &s.left {
+                if *l == 1000 {
+                    whole += 1000
+                } else {
+                    partial += u64::from(*l)
+                }
+            }
+        }
+        eprintln!(
+            "{}: free GPU milli by node CPU left (<3.2, <8, <12, more cores): {:?}; whole GPUs {} partial {}",
+            policy.name(),
+            by_cpu,
+            whole,
+            partial
+        );
+    }
     ReplayResult {
         at_100: at_100.unwrap_or(at_end),
         at_end,
