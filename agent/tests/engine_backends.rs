@@ -332,40 +332,69 @@ fn mig_placements_capacity_and_nvml_errors() {
 fn a_hung_nvml_call_times_out_without_wedging_other_gpus() {
     let h = sim("dgx-a100");
     let dir = tempfile::tempdir().unwrap();
-    let e = engine_with(&h, dir.path(), Duration::from_millis(300));
+    let e = engine_with(&h, dir.path(), Duration::from_millis(600));
     fault(
         &h,
-        &format!("nvml:nvmlDeviceCreateGpuInstanceWithPlacement@{A100}=hang:1500,times=1"),
+        &format!("nvml:nvmlDeviceCreateGpuInstanceWithPlacement@{A100}=hang:2500,times=1"),
     );
+    // One GPU works while the other's call hangs, and after vgpud gave up on it.
     let e2 = e.clone();
     let other = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
-        let t = Instant::now();
-        let s = create(&e2, A100B, mig_kind("1g.10gb", None)).unwrap();
-        (s, t.elapsed())
+        let mut took = Vec::new();
+        for wait in [100, 900] {
+            std::thread::sleep(Duration::from_millis(wait));
+            let t = Instant::now();
+            create(&e2, A100B, mig_kind("1g.10gb", None)).unwrap();
+            took.push(t.elapsed());
+        }
+        took
     });
     let t = Instant::now();
     let err = create(&e, A100, mig_kind("7g.80gb", None)).unwrap_err();
     assert_eq!(err.code(), "timeout", "{err}");
     assert!(
-        t.elapsed() < Duration::from_millis(1200),
+        t.elapsed() < Duration::from_millis(1500),
         "{:?}",
         t.elapsed()
     );
-    let (_, took) = other.join().unwrap();
-    assert!(
-        took < Duration::from_millis(1000),
-        "the other GPU waited {took:?}"
+    // While the call is out, the stuck GPU answers at once instead of piling up threads.
+    let t = Instant::now();
+    assert_eq!(
+        create(&e, A100, mig_kind("1g.10gb", None))
+            .unwrap_err()
+            .code(),
+        "timeout"
     );
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    for took in other.join().unwrap() {
+        assert!(
+            took < Duration::from_millis(1000),
+            "the other GPU waited {took:?}"
+        );
+    }
     // The abandoned call completes later; its intent is rolled back once the GPU answers.
     assert_eq!(e.pending_intents(), 1);
-    std::thread::sleep(Duration::from_millis(1600));
+    let report = e.reconcile().unwrap();
+    assert_eq!(
+        report.intents_pending.len(),
+        1,
+        "not while the call is out: {report:?}"
+    );
+    std::thread::sleep(Duration::from_millis(2600));
     let report = e.reconcile().unwrap();
     assert_eq!(report.intents_resolved, 1, "{report:?}");
     assert_eq!(e.pending_intents(), 0);
     assert!(
         h.nvml().gpu_instances(0).unwrap().is_empty(),
         "the late GPU instance was removed"
+    );
+    assert_eq!(
+        create(&e, A100, mig_kind("7g.80gb", None)).unwrap().state,
+        agent::engine::SliceState::Ready
     );
 }
 

@@ -1,7 +1,8 @@
 //! The host as the engine sees it: sysfs plus the time-bounded vendor libraries, with the
 //! lookups every backend needs (is this a GPU, its NVML index, its VFs).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use gpu::{AmdSmi, Nvml};
@@ -21,6 +22,7 @@ pub(crate) struct Host {
     /// The same, in the form discovery takes.
     pub(crate) access: HostAccess,
     pub(crate) runner: Arc<Runner>,
+    index_cache: Arc<Mutex<HashMap<PciAddress, u32>>>,
 }
 
 impl Host {
@@ -56,6 +58,7 @@ impl Host {
             amd,
             access: timed,
             runner,
+            index_cache: Arc::default(),
         }
     }
 
@@ -93,26 +96,49 @@ impl Host {
         EngineError::from_nvml(context, gpu, self.timeout(), e)
     }
 
-    /// NVML's index of the GPU.
+    /// NVML's index of the GPU. The last answer is tried first (indices only change when the
+    /// driver reloads); a GPU whose NVML calls hang does not hide the others.
     pub(crate) fn nvml_index(&self, gpu: PciAddress) -> Result<u32> {
         let nvml = self.nvml()?;
+        let cached = self
+            .index_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&gpu)
+            .copied();
+        if let Some(index) = cached
+            && nvml.device_info(index).is_ok_and(|i| i.pci_address == gpu)
+        {
+            return Ok(index);
+        }
         let count = nvml
             .device_count()
             .map_err(|e| self.nvml_err("cannot count NVML devices".into(), gpu, e))?;
+        let mut timed_out = None;
         for index in 0..count {
             match nvml.device_info(index) {
-                Ok(info) if info.pci_address == gpu => return Ok(index),
+                Ok(info) if info.pci_address == gpu => {
+                    self.index_cache
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(gpu, index);
+                    return Ok(index);
+                }
                 Ok(_) => {}
                 Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
-                    return Err(self.nvml_err(format!("NVML device {index}"), gpu, e));
+                    timed_out.get_or_insert(e);
                 }
                 // Another GPU that cannot be read does not hide this one.
                 Err(_) => {}
             }
         }
-        Err(EngineError::Unsupported(format!(
-            "NVML does not see GPU {gpu}"
-        )))
+        match timed_out {
+            // The GPU may be the one that does not answer.
+            Some(e) => Err(self.nvml_err(format!("cannot find GPU {gpu} in NVML"), gpu, e)),
+            None => Err(EngineError::Unsupported(format!(
+                "NVML does not see GPU {gpu}"
+            ))),
+        }
     }
 
     /// The PCI function, which must exist.
