@@ -45,6 +45,9 @@ pub use layout::{GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState,
 pub use model::*;
 pub use reconcile::ReconcileReport;
 
+/// Where the desired state lives unless configured otherwise.
+pub const DEFAULT_STATE_DIR: &str = store::DEFAULT_DIR;
+
 use hostctx::Host;
 use locks::{GpuLocks, KeyLocks};
 use state::Desired;

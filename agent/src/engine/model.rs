@@ -376,3 +376,57 @@ pub struct Allocation {
     /// When it was made, seconds since the Unix epoch.
     pub created: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_forms_round_trip() {
+        let req: CreateSlice = serde_json::from_str(
+            r#"{"spec": {"gpu": "0000:07:00.0", "kind": {"backend": "mig", "profile": "3g.40gb", "start": 4}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            req.spec.kind,
+            SliceKind::Mig {
+                profile: "3g.40gb".parse().unwrap(),
+                start: Some(4)
+            }
+        );
+        for kind in [
+            SliceKind::SriovVf,
+            SliceKind::Passthrough,
+            SliceKind::Mdev {
+                type_id: "nvidia-222".parse().unwrap(),
+            },
+            SliceKind::NvidiaVfio {
+                vgpu_type: "1421".parse().unwrap(),
+            },
+        ] {
+            let text = serde_json::to_string(&kind).unwrap();
+            assert_eq!(
+                serde_json::from_str::<SliceKind>(&text).unwrap(),
+                kind,
+                "{text}"
+            );
+        }
+        let vf: SliceKind = serde_json::from_str(r#"{"backend": "sriov-vf"}"#).unwrap();
+        assert_eq!(vf, SliceKind::SriovVf);
+        assert!(
+            serde_json::from_str::<SliceKind>(r#"{"backend": "mdev", "type_id": "../x"}"#).is_err()
+        );
+        assert!(serde_json::from_str::<SliceKind>(r#"{"backend": "warp"}"#).is_err());
+        let req: SliceRequest = serde_json::from_str(r#"{"type": "vf"}"#).unwrap();
+        assert_eq!(req.count, 1);
+        let id = SliceId::new_random();
+        let text = serde_json::to_string(&id).unwrap();
+        assert_eq!(serde_json::from_str::<SliceId>(&text).unwrap(), id);
+        assert!(serde_json::from_str::<SliceId>(&text.to_uppercase()).is_err());
+        assert!(
+            "00000000-0000-0000-0000-000000000000"
+                .parse::<SliceId>()
+                .is_err()
+        );
+    }
+}
