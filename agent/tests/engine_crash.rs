@@ -63,11 +63,11 @@ impl Acks {
     }
 }
 
-/// Runs one child until `kill_after` past its READY line (or until it has acknowledged
-/// `limit` operations), then SIGKILLs it.
+/// Runs one child until `kill_after` past its READY line, then SIGKILLs it.
 fn run_child(
     host: &std::path::Path,
     state: &std::path::Path,
+    mode: &str,
     seed: u64,
     kill_after: Duration,
     acks: &mut Acks,
@@ -76,6 +76,7 @@ fn run_child(
         .arg(host)
         .arg(state)
         .arg(seed.to_string())
+        .arg(mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -115,25 +116,35 @@ fn run_child(
 }
 
 #[test]
-fn kill_nine_at_random_points_loses_and_leaks_nothing() {
+fn kill_nine_during_mdev_vf_and_passthrough_operations() {
+    crash_test("vdi-mixed", "vdi", TARGET_OPS);
+}
+
+#[test]
+fn kill_nine_during_mig_operations() {
+    crash_test("dgx-a100", "mig", TARGET_OPS / 2);
+}
+
+/// Kills children at random points until they acknowledged `target` operations, then checks.
+fn crash_test(profile: &str, mode: &str, target: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let host_dir = tmp.path().join("host");
     let state = tmp.path().join("state");
-    SimHost::create(&host_dir, Profile::builtin("vdi-mixed").unwrap()).unwrap();
+    SimHost::create(&host_dir, Profile::builtin(profile).unwrap()).unwrap();
     let mut acks = Acks::default();
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
         | 1;
-    eprintln!("crash test seed {seed}");
+    eprintln!("crash test {mode} seed {seed}");
     let mut runs = 0;
-    while acks.count < TARGET_OPS {
+    while acks.count < target {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let kill_after = Duration::from_micros(seed % 250_000);
-        run_child(&host_dir, &state, seed, kill_after, &mut acks);
+        run_child(&host_dir, &state, mode, seed, kill_after, &mut acks);
         runs += 1;
         assert!(runs < 2000, "the children make no progress");
     }

@@ -3,7 +3,8 @@
 //! so the test can SIGKILL it at any point and check afterwards that nothing acknowledged was
 //! lost. Not part of the product.
 //!
-//! Usage: `engine-crash-child HOST_DIR STATE_DIR SEED`
+//! Usage: `engine-crash-child HOST_DIR STATE_DIR SEED MODE`, MODE `vdi` (mdev, VFs and
+//! passthrough on the `vdi-mixed` profile) or `mig` (MIG instances on `dgx-a100`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -37,8 +38,13 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [host_dir, state_dir, seed] = args.as_slice() else {
-        anyhow::bail!("usage: engine-crash-child HOST_DIR STATE_DIR SEED");
+    let [host_dir, state_dir, seed, mode] = args.as_slice() else {
+        anyhow::bail!("usage: engine-crash-child HOST_DIR STATE_DIR SEED vdi|mig");
+    };
+    let ops = match mode.as_str() {
+        "vdi" => &VDI,
+        "mig" => &MIG,
+        other => anyhow::bail!("unknown mode {other:?}"),
     };
     let host = sim::SimHost::open(&PathBuf::from(host_dir))?;
     let engine = Engine::open(EngineConfig::new(state_dir, agent::host::sim_access(&host)))?;
@@ -48,18 +54,59 @@ fn run() -> anyhow::Result<()> {
     out.flush()?;
     let mut rng = Rng(seed.parse::<u64>()?.max(1));
     loop {
-        if let Some(line) = step(&engine, &mut rng, &mut out) {
+        if let Some(line) = step(&engine, ops, &mut rng, &mut out) {
             writeln!(out, "ACK {line}")?;
             out.flush()?;
         }
     }
 }
 
-const TYPES: [(&str, Option<&str>); 3] = [
-    ("nvidia-222", Some("0000:41:00.0")),
-    ("nvidia-700", None),
-    ("vf", None),
-];
+/// What one mode allocates and creates.
+struct Ops {
+    /// Allocation types, optionally pinned to a GPU.
+    allocate: &'static [(&'static str, Option<&'static str>)],
+    /// Slices created directly, on a GPU.
+    create: &'static [(&'static str, &'static str)],
+}
+
+const VDI: Ops = Ops {
+    allocate: &[
+        ("nvidia-222", Some("0000:41:00.0")),
+        ("nvidia-700", None),
+        ("vf", None),
+    ],
+    create: &[
+        ("mdev:nvidia-704", "0000:85:00.0"),
+        ("passthrough", "0000:86:00.0"),
+        ("passthrough", "0000:85:00.0"),
+    ],
+};
+
+const MIG: Ops = Ops {
+    allocate: &[
+        ("1g.10gb", Some("0000:07:00.0")),
+        ("2g.20gb", Some("0000:07:00.0")),
+        ("3g.40gb", Some("0000:0f:00.0")),
+    ],
+    create: &[
+        ("mig:1g.10gb", "0000:0f:00.0"),
+        ("mig:7g.80gb", "0000:47:00.0"),
+        ("mig:3g.40gb", "0000:07:00.0"),
+    ],
+};
+
+fn kind(text: &str) -> Option<SliceKind> {
+    Some(match text.split_once(':') {
+        Some(("mdev", t)) => SliceKind::Mdev {
+            type_id: t.parse().ok()?,
+        },
+        Some(("mig", p)) => SliceKind::Mig {
+            profile: p.parse().ok()?,
+            start: None,
+        },
+        _ => SliceKind::Passthrough,
+    })
+}
 
 /// Announces an operation that removes something before it starts: if the child dies before
 /// its acknowledgement, the removal may or may not have happened.
@@ -69,10 +116,10 @@ fn begin(out: &mut impl Write, what: &str) -> Option<()> {
 }
 
 /// One random operation; the acknowledgement line when it succeeded.
-fn step(engine: &Engine, rng: &mut Rng, out: &mut impl Write) -> Option<String> {
+fn step(engine: &Engine, ops: &Ops, rng: &mut Rng, out: &mut impl Write) -> Option<String> {
     match rng.below(10) {
         0..=3 => {
-            let (t, gpu) = TYPES[rng.below(TYPES.len())];
+            let (t, gpu) = ops.allocate[rng.below(ops.allocate.len())];
             let a = engine
                 .allocate(AllocationRequest {
                     consumer: format!("c{}", rng.below(1000)),
@@ -96,15 +143,8 @@ fn step(engine: &Engine, rng: &mut Rng, out: &mut impl Write) -> Option<String> 
             Some(format!("release {}", a.id))
         }
         7 | 8 => {
-            let kind = match rng.below(2) {
-                0 => SliceKind::Mdev {
-                    type_id: "nvidia-704".parse().ok()?,
-                },
-                _ => SliceKind::Passthrough,
-            };
-            let gpu = ["0000:85:00.0", "0000:86:00.0"][rng.below(2)]
-                .parse()
-                .ok()?;
+            let (k, gpu) = ops.create[rng.below(ops.create.len())];
+            let (kind, gpu) = (kind(k)?, gpu.parse().ok()?);
             let s = engine
                 .create_slice(CreateSlice {
                     spec: SliceSpec { gpu, kind },
