@@ -3,6 +3,8 @@
 //!
 //! This binary owns measurement only; scheduling logic lives in the `sched` crate.
 
+mod host;
+mod latency;
 mod openb;
 mod replay;
 
@@ -22,6 +24,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// The subcommand names are the interface (`sched-replay`, `sched-host`, `sched-latency`).
+#[allow(clippy::enum_variant_names)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Cluster replay of an openb trace with the FGD protocol.
@@ -48,6 +52,178 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// One 8-GPU H200 host (MIG) as a loss system at offered loads 0.6, 0.8 and 1.0.
+    SchedHost {
+        /// Pod list CSV (its GPU-sharing pods and lifetimes are sampled).
+        #[arg(long)]
+        pods: PathBuf,
+        /// Arrivals per load and policy (after a 10 % warm-up).
+        #[arg(long, default_value_t = 20_000)]
+        arrivals: u64,
+        /// Offered loads, comma-separated.
+        #[arg(long, default_value = "0.6,0.8,1.0")]
+        loads: String,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Decision latency on a 16-GPU host with about 500 live slices.
+    SchedLatency {
+        /// Live slices to hold.
+        #[arg(long, default_value_t = 500)]
+        live: usize,
+        /// Decisions to time per policy.
+        #[arg(long, default_value_t = 5_000)]
+        decisions: usize,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+fn host_policies(mix: sched::Workload) -> Vec<sched::Policy> {
+    vec![
+        sched::Policy::FirstFit,
+        sched::Policy::BestFit,
+        sched::Policy::Spread(sched::SpreadWeights::default()),
+        sched::Policy::FragAware(mix),
+    ]
+}
+
+fn sched_host(
+    pods: PathBuf,
+    arrivals: u64,
+    loads: &str,
+    seed: u64,
+    json_out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let pods = openb::read_pods_with_lifetime(&pods)?;
+    let samples = host::samples(&pods);
+    if samples.is_empty() {
+        bail!("the pod list has no GPU-sharing pods with a lifetime");
+    }
+    let loads: Vec<f64> = loads
+        .split(',')
+        .map(|l| l.trim().parse().with_context(|| format!("bad load {l:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    let policies = host_policies(host::mix(&samples));
+    let jobs: Vec<(usize, f64)> = (0..policies.len())
+        .flat_map(|p| loads.iter().map(move |l| (p, *l)))
+        .collect();
+    let start = Instant::now();
+    let results = std::sync::Mutex::new(Vec::new());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((p, load)) = jobs.get(i).copied() else {
+                        break;
+                    };
+                    let Some(policy) = policies.get(p) else {
+                        break;
+                    };
+                    let r = host::run(&samples, policy, load, arrivals, seed);
+                    if let Ok(mut v) = results.lock() {
+                        v.push((p, load, r));
+                    }
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_default();
+    results.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    println!(
+        "{:<6} {:<10} {:>10} {:>15} {:>10} {:>11} {:>11}",
+        "load", "policy", "accepted", "slice-weighted", "rejected", "avoidable", "NUMA-local"
+    );
+    let mut out = Vec::new();
+    for (p, load, r) in &results {
+        let name = policies.get(*p).map_or("?", |x| x.name());
+        let pct = |a: u64, b: u64| {
+            if b == 0 {
+                0.0
+            } else {
+                100.0 * a as f64 / b as f64
+            }
+        };
+        println!(
+            "{:<6} {:<10} {:>9.2}% {:>14.2}% {:>10} {:>10.2}% {:>10.2}%",
+            load,
+            name,
+            pct(r.accepted, r.offered),
+            pct(r.accepted_slices, r.offered_slices),
+            r.rejected,
+            pct(r.avoidable, r.rejected),
+            pct(r.local, r.accepted)
+        );
+        out.push(json!({
+            "load": load, "policy": name,
+            "acceptance_pct": pct(r.accepted, r.offered),
+            "slice_weighted_acceptance_pct": pct(r.accepted_slices, r.offered_slices),
+            "rejections": r.rejected,
+            "avoidable_rejections_pct": pct(r.avoidable, r.rejected),
+            "numa_local_pct": pct(r.local, r.accepted),
+        }));
+    }
+    println!(
+        "{} runs of {arrivals} arrivals in {:.1} s",
+        jobs.len(),
+        start.elapsed().as_secs_f64()
+    );
+    if let Some(path) = json_out {
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&json!({"results": out}))?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn sched_latency(
+    live: usize,
+    decisions: usize,
+    seed: u64,
+    json_out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    println!(
+        "{:<10} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "policy", "live", "decisions", "p50 µs", "p90 µs", "p99 µs", "max µs"
+    );
+    let mut out = Vec::new();
+    for policy in host_policies(sched::Workload::default()) {
+        let l = latency::run(&policy, live, decisions, seed);
+        println!(
+            "{:<10} {:>6} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            policy.name(),
+            l.live,
+            l.decisions,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.max
+        );
+        out.push(
+            json!({"policy": policy.name(), "live": l.live, "decisions": l.decisions,
+            "p50_us": l.p50, "p90_us": l.p90, "p99_us": l.p99, "max_us": l.max}),
+        );
+    }
+    if let Some(path) = json_out {
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&json!({"results": out}))?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn parse_seeds(s: &str) -> anyhow::Result<Vec<u64>> {
@@ -204,5 +380,18 @@ fn main() -> anyhow::Result<()> {
             threads,
             json,
         } => sched_replay(nodes, pods, &seeds, &policies, load, threads, json),
+        Cmd::SchedHost {
+            pods,
+            arrivals,
+            loads,
+            seed,
+            json,
+        } => sched_host(pods, arrivals, &loads, seed, json),
+        Cmd::SchedLatency {
+            live,
+            decisions,
+            seed,
+            json,
+        } => sched_latency(live, decisions, seed, json),
     }
 }

@@ -203,3 +203,18 @@ pub fn typical_pods(pods: &[Pod], threshold_pct: f64) -> Vec<Typical> {
     }
     out
 }
+
+/// Reads a pod list with each pod's lifetime (`deletion_time - creation_time`, seconds).
+pub fn read_pods_with_lifetime(file: &Path) -> anyhow::Result<Vec<(Pod, f64)>> {
+    let pods = read_pods(file)?;
+    let times = rows(file, &["creation_time", "deletion_time"])?;
+    Ok(pods
+        .into_iter()
+        .zip(times)
+        .map(|(p, t)| {
+            let c: f64 = t[0].parse().unwrap_or(0.0);
+            let d: f64 = t[1].parse().unwrap_or(0.0);
+            (p, (d - c).max(0.0))
+        })
+        .collect())
+}

@@ -1,0 +1,211 @@
+//! One host as a loss system: an 8-GPU H200 host in MIG mode, requests and lifetimes drawn
+//! from the trace's GPU-sharing pods, Poisson arrivals at a given offered load, no queue.
+
+use ids::{NumaNodeId, PciAddress};
+use sched::{
+    GpuMode, GpuState, MigGeometry, NumaPolicy, NumaState, Policy, Request, SliceChoice,
+    SliceRequest, Snapshot, Vendor, WorkItem, Workload, decide,
+};
+
+use crate::openb::Pod;
+
+/// A trace sample: MIG profile, memory slices, VM CPU and memory, lifetime in seconds.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    profile: ids::MigProfileName,
+    slices: u32,
+    cpu_milli: u32,
+    memory_mib: u64,
+    lifetime: f64,
+}
+
+/// Maps a GPU share to the smallest H200 profile with at least that share of compute.
+fn profile_for(milli: u32) -> (&'static str, u32) {
+    match (u64::from(milli) * 7).div_ceil(1000) {
+        0 | 1 => ("1g.18gb", 1),
+        2 => ("2g.35gb", 2),
+        3 => ("3g.71gb", 4),
+        4 => ("4g.71gb", 4),
+        _ => ("7g.141gb", 8),
+    }
+}
+
+/// The trace's sharing pods (with their lifetimes) as MIG requests.
+pub fn samples(pods: &[(Pod, f64)]) -> Vec<Sample> {
+    pods.iter()
+        .filter(|(p, life)| p.is_share() && *life > 0.0)
+        .filter_map(|(p, life)| {
+            let (name, slices) = profile_for(p.gpu_milli);
+            Some(Sample {
+                profile: name.parse().ok()?,
+                slices,
+                cpu_milli: p.cpu_milli,
+                memory_mib: p.memory_mib,
+                lifetime: *life,
+            })
+        })
+        .collect()
+}
+
+/// The H200 host: 8 GPUs, 4 per NUMA node, NVLink all-to-all, 2 × 56 cores, 2 × 1 TiB.
+pub fn h200_host() -> Snapshot {
+    let addrs: Vec<PciAddress> = (0..8u8)
+        .filter_map(|i| PciAddress::new(0, 0x18 + i * 0x10, 0, 0).ok())
+        .collect();
+    let gpus = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| GpuState {
+            address: *a,
+            vendor: Vendor::Nvidia,
+            model: "H200".into(),
+            healthy: true,
+            utilization_pct: 0,
+            memory_mib: 141 * 1024,
+            numa_node: Some(NumaNodeId(u16::from(i >= 4))),
+            nvlink_peers: addrs.iter().filter(|b| *b != a).copied().collect(),
+            mode: GpuMode::Mig {
+                geometry: MigGeometry::h200(),
+                instances: Vec::new(),
+            },
+        })
+        .collect();
+    let numa = (0..2u16)
+        .map(|n| NumaState {
+            node: NumaNodeId(n),
+            free_cpus: (u32::from(n) * 56..u32::from(n) * 56 + 56).collect(),
+            free_cpu_milli: None,
+            free_memory_mib: 1024 * 1024,
+        })
+        .collect();
+    Snapshot { gpus, numa }
+}
+
+/// The request mix vgpud measures fragmentation against: the samples' profile frequencies.
+pub fn mix(samples: &[Sample]) -> Workload {
+    let mut items: Vec<WorkItem> = Vec::new();
+    for s in samples {
+        let slice = SliceRequest::Mig(s.profile.clone());
+        match items.iter_mut().find(|i| i.slice == slice) {
+            Some(i) => i.weight += 1.0,
+            None => items.push(WorkItem::slice(slice, 1.0)),
+        }
+    }
+    Workload { items }
+}
+
+/// Per-policy results at one load.
+#[derive(Debug, Clone, Default)]
+pub struct HostResult {
+    /// Offered requests.
+    pub offered: u64,
+    /// Accepted requests.
+    pub accepted: u64,
+    /// Memory slices offered.
+    pub offered_slices: u64,
+    /// Memory slices accepted.
+    pub accepted_slices: u64,
+    /// Rejections for lack of GPU room.
+    pub rejected: u64,
+    /// Rejections a fresh layout of the live slices would have avoided.
+    pub avoidable: u64,
+    /// Accepted requests placed NUMA-locally.
+    pub local: u64,
+}
+
+/// Whether the live slices plus `extra` fit the host with a fresh layout (largest first,
+/// each where it adds least fragmentation): the repack oracle.
+fn repack_fits(host: &Snapshot, live: &[ids::MigProfileName], extra: &ids::MigProfileName) -> bool {
+    let mut fresh = h200_host();
+    fresh.numa.clear();
+    let mut all: Vec<ids::MigProfileName> = live.to_vec();
+    all.push(extra.clone());
+    let geo = MigGeometry::h200();
+    let size = |p: &ids::MigProfileName| {
+        geo.shape(p)
+            .map_or((0, 0), |(_, s)| (s.memory_slices, s.compute_slices))
+    };
+    all.sort_by_key(|p| std::cmp::Reverse(size(p)));
+    let policy = Policy::FragAware(Workload::offered_by(host));
+    for (i, p) in all.iter().enumerate() {
+        let mut r = Request::new(&format!("r{i}"), SliceRequest::Mig(p.clone()));
+        r.numa = NumaPolicy::None;
+        match decide(&fresh, &r, &policy) {
+            Ok(d) => fresh.commit(&r, &d),
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Runs `arrivals` requests at offered `load` (of the host's memory slices) with `policy`.
+pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: u64) -> HostResult {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut host = h200_host();
+    let capacity = 64.0;
+    let mean_size =
+        samples.iter().map(|s| f64::from(s.slices)).sum::<f64>() / samples.len().max(1) as f64;
+    let mean_life = samples.iter().map(|s| s.lifetime).sum::<f64>() / samples.len().max(1) as f64;
+    let rate = load * capacity / (mean_size * mean_life).max(f64::MIN_POSITIVE);
+    let mut now = 0.0;
+    // Live slices: (end time, request, decision).
+    let mut live: Vec<(f64, Request, sched::Decision)> = Vec::new();
+    let mut res = HostResult::default();
+    let warmup = arrivals / 10;
+    for n in 0..arrivals + warmup {
+        now += -(1.0 - rng.f64()).ln() / rate;
+        live.sort_by(|a, b| a.0.total_cmp(&b.0));
+        while live.first().is_some_and(|(end, _, _)| *end <= now) {
+            let (_, r, d) = live.remove(0);
+            host.release(&r, &d);
+        }
+        let Some(s) = samples.get(rng.usize(..samples.len().max(1))) else {
+            break;
+        };
+        let mut req = Request::new(&format!("vm{n}"), SliceRequest::Mig(s.profile.clone()));
+        req.cpu_milli = s.cpu_milli;
+        req.memory_mib = s.memory_mib;
+        req.pin_cpus = true;
+        req.numa = NumaPolicy::Preferred;
+        let counted = n >= warmup;
+        if counted {
+            res.offered += 1;
+            res.offered_slices += u64::from(s.slices);
+        }
+        match decide(&host, &req, policy) {
+            Ok(d) => {
+                if counted {
+                    res.accepted += 1;
+                    res.accepted_slices += u64::from(s.slices);
+                    res.local += u64::from(
+                        d.explanation
+                            .candidates
+                            .first()
+                            .is_some_and(|c| c.numa_local),
+                    );
+                }
+                host.commit(&req, &d);
+                live.push((now + s.lifetime, req, d));
+            }
+            Err(r) => {
+                if counted && r.error == sched::SchedError::NoCapacity {
+                    res.rejected += 1;
+                    let profiles: Vec<ids::MigProfileName> = live
+                        .iter()
+                        .flat_map(|(_, _, d)| d.placements.iter())
+                        .filter_map(|p| match &p.slice {
+                            SliceChoice::Mig { profile, .. } => Some(profile.clone()),
+                            _ => None,
+                        })
+                        .collect();
+                    if repack_fits(&host, &profiles, &s.profile) {
+                        res.avoidable += 1;
+                    }
+                } else if counted {
+                    res.rejected += 1;
+                }
+            }
+        }
+    }
+    res
+}
