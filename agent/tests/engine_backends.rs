@@ -442,3 +442,24 @@ fn passthrough_refuses_a_shared_iommu_group() {
     );
     assert_eq!(driver(&h, addr("0000:01:00.0")).as_deref(), Some("nvidia"));
 }
+
+#[test]
+fn a_hung_amd_smi_call_leaves_the_intent_for_reconcile() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(&h, dir.path(), Duration::from_millis(300));
+    h.amd().set_num_vf(addr(MI300X), 0).unwrap();
+    fault(
+        &h,
+        &format!("amd:amdsmi_set_num_vf@{MI300X}=hang:1200,times=1"),
+    );
+    let err = create(&e, MI300X, SliceKind::SriovVf).unwrap_err();
+    assert_eq!(err.code(), "timeout", "{err}");
+    assert_eq!(e.pending_intents(), 1);
+    // The late call enables the VF; nothing uses it, so the roll-back turns it off again.
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(vf_count(&h, MI300X), 1);
+    assert_eq!(e.reconcile().unwrap().intents_resolved, 1);
+    assert_eq!(vf_count(&h, MI300X), 0);
+    assert_eq!(e.pending_intents(), 0);
+}

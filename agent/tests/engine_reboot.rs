@@ -167,3 +167,23 @@ fn drift_behind_the_engines_back_is_repaired_and_reported() {
         std::iter::from_fn(|| events.try_recv().ok()).any(|ev| matches!(ev, Event::Drift { .. }))
     );
 }
+
+#[test]
+fn a_hot_unplugged_gpu_fails_its_slices_and_a_replug_restores_them() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let s = create(&e, T4, mdev_kind("nvidia-222")).unwrap();
+    h.remove_gpu(addr(T4)).unwrap();
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert!(report.failed[0].1.contains("not present"), "{report:?}");
+    let now = e.slice(s.id).unwrap();
+    assert_eq!(now.state, SliceState::Failed);
+    assert!(now.reason.unwrap().contains("not present"));
+    h.add_gpu(addr(T4)).unwrap();
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.recreated, vec![s.id]);
+    let back = e.slice(s.id).unwrap();
+    assert_eq!((back.state, back.identity), (SliceState::Ready, s.identity));
+}
