@@ -6,5 +6,6 @@
 
 pub mod capture;
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod host;

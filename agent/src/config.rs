@@ -1,0 +1,426 @@
+//! `/etc/vgpud/vgpud.toml`: every key, its default, and validation with clear errors.
+//!
+//! Unknown keys are errors (a typo must not silently fall back to a default). The file may be
+//! absent: every key has a default suitable for a systemd host. `vgpud check-config FILE` runs
+//! the same parsing and validation and prints the effective configuration.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where the configuration file lives by default.
+pub const DEFAULT_CONFIG: &str = "/etc/vgpud/vgpud.toml";
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Desired-state directory (ownership ledger, allocations, layouts, intents).
+    pub state_dir: PathBuf,
+    /// Root of the sysfs tree (`/` on a host; a captured tree for tests).
+    pub sysfs_root: PathBuf,
+    /// Host resources.
+    pub host: HostConfig,
+    /// Slice engine.
+    pub engine: EngineSettings,
+    /// Placement policy.
+    pub scheduler: SchedulerConfig,
+    /// REST API.
+    pub api: ApiConfig,
+    /// Unauthenticated `/healthz` and `/metrics` listener.
+    pub metrics: MetricsConfig,
+    /// D-Bus API on the system bus.
+    pub dbus: DbusConfig,
+    /// VM pinning through libvirt.
+    pub libvirt: LibvirtConfig,
+}
+
+/// `[host]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostConfig {
+    /// CPUs never given to VMs (kernel CPU list, e.g. `0-1,64-65`); empty for none.
+    pub reserved_cpus: String,
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Longest a vendor-library call (NVML, AMD SMI) may take before it is abandoned, ms.
+    pub vendor_call_timeout_ms: u64,
+    /// How often the reconciler runs besides start-up and hot-plug events, s.
+    pub reconcile_interval_s: u64,
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// `vgpud` (fragmentation-aware, NUMA-local; the default), `best-fit`, `first-fit` or `spread`.
+    pub policy: String,
+}
+
+/// `[api]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Unix socket of the REST API.
+    pub socket: PathBuf,
+    /// Group allowed to connect to the socket (created by the package's sysusers file).
+    pub socket_group: String,
+    /// Socket permissions, octal.
+    pub socket_mode: String,
+    /// Largest request body accepted, bytes.
+    pub max_body_bytes: usize,
+    /// Optional TCP listener; TLS is mandatory there.
+    pub tcp: Option<TcpConfig>,
+}
+
+/// `[api.tcp]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Server certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Server private key (PEM).
+    pub key: PathBuf,
+    /// CA whose client certificates are accepted (PEM); enables client-certificate auth.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Client certificate subjects allowed (e.g. `CN=nova-compute`); empty allows any the CA signed.
+    #[serde(default)]
+    pub allowed_subjects: Vec<String>,
+    /// File of bearer tokens, one per line; enables token auth.
+    #[serde(default)]
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address for `/healthz` and `/metrics` without authentication; none to serve them only on
+    /// the API socket.
+    pub listen: Option<SocketAddr>,
+}
+
+/// `[dbus]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DbusConfig {
+    /// Serve `io.vgpud.Agent1` on the system bus.
+    pub enabled: bool,
+}
+
+/// `[libvirt]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LibvirtConfig {
+    /// Connection URI.
+    pub uri: String,
+    /// Memory binding mode: `strict`, `preferred` or `restrictive`.
+    pub memory_mode: String,
+    /// Show the slices' NUMA locality to guests (guest NUMA cells, pcie-expander-bus).
+    pub guest_numa: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            state_dir: PathBuf::from("/var/lib/vgpud"),
+            sysfs_root: PathBuf::from("/"),
+            host: HostConfig::default(),
+            engine: EngineSettings::default(),
+            scheduler: SchedulerConfig::default(),
+            api: ApiConfig::default(),
+            metrics: MetricsConfig::default(),
+            dbus: DbusConfig::default(),
+            libvirt: LibvirtConfig::default(),
+        }
+    }
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            vendor_call_timeout_ms: 10_000,
+            reconcile_interval_s: 60,
+        }
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            policy: "vgpud".to_owned(),
+        }
+    }
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/run/vgpud/api.sock"),
+            socket_group: "vgpud".to_owned(),
+            socket_mode: "0660".to_owned(),
+            max_body_bytes: 1 << 20,
+            tcp: None,
+        }
+    }
+}
+
+impl Default for DbusConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+impl Default for LibvirtConfig {
+    fn default() -> Self {
+        Self {
+            uri: "qemu:///system".to_owned(),
+            memory_mode: "strict".to_owned(),
+            guest_numa: false,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown keys or wrong types (the message names the line).
+    #[error("{}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, with line and column.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("{}: {key}: {reason}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The offending key, dotted.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The scheduler policies vgpud knows.
+pub const POLICIES: &[&str] = &["vgpud", "best-fit", "first-fit", "spread"];
+
+impl Config {
+    /// Reads and validates `path`; a missing file at the default location gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && path == Path::new(DEFAULT_CONFIG) =>
+            {
+                return Ok(Config::default());
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates TOML text; `path` only names the source in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Checks values serde cannot: ranges, paths, names, files TLS needs.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key,
+            reason,
+        };
+        for (key, p) in [
+            ("state_dir", &self.state_dir),
+            ("sysfs_root", &self.sysfs_root),
+            ("api.socket", &self.api.socket),
+        ] {
+            if !p.is_absolute() {
+                return Err(invalid(
+                    key,
+                    format!("{} is not an absolute path", p.display()),
+                ));
+            }
+        }
+        if let Err(e) = self.host.reserved_cpus.parse::<numa::CpuSet>() {
+            return Err(invalid("host.reserved_cpus", e.to_string()));
+        }
+        if !(100..=600_000).contains(&self.engine.vendor_call_timeout_ms) {
+            return Err(invalid(
+                "engine.vendor_call_timeout_ms",
+                "must be 100 to 600000".into(),
+            ));
+        }
+        if !(1..=86_400).contains(&self.engine.reconcile_interval_s) {
+            return Err(invalid(
+                "engine.reconcile_interval_s",
+                "must be 1 to 86400".into(),
+            ));
+        }
+        if !POLICIES.contains(&self.scheduler.policy.as_str()) {
+            let known = POLICIES.join(", ");
+            return Err(invalid(
+                "scheduler.policy",
+                format!("{:?} is not one of {known}", self.scheduler.policy),
+            ));
+        }
+        self.api_mode()
+            .map_err(|reason| invalid("api.socket_mode", reason))?;
+        if !(1024..=64 << 20).contains(&self.api.max_body_bytes) {
+            return Err(invalid(
+                "api.max_body_bytes",
+                "must be 1 KiB to 64 MiB".into(),
+            ));
+        }
+        if !["strict", "preferred", "restrictive"].contains(&self.libvirt.memory_mode.as_str()) {
+            return Err(invalid(
+                "libvirt.memory_mode",
+                "must be strict, preferred or restrictive".into(),
+            ));
+        }
+        if let Some(tcp) = &self.api.tcp {
+            validate_tcp(tcp).map_err(|(key, reason)| invalid(key, reason))?;
+        }
+        Ok(())
+    }
+
+    /// The socket mode as a number.
+    pub fn api_mode(&self) -> Result<u32, String> {
+        let mode = &self.api.socket_mode;
+        match u32::from_str_radix(mode, 8) {
+            Ok(m) if m <= 0o777 && m & 0o600 == 0o600 => Ok(m),
+            Ok(_) => Err(format!(
+                "{mode} must be at most 0777 and give the owner read and write"
+            )),
+            Err(_) => Err(format!("{mode:?} is not an octal mode such as 0660")),
+        }
+    }
+}
+
+fn validate_tcp(tcp: &TcpConfig) -> Result<(), (&'static str, String)> {
+    if tcp.client_ca.is_none() && tcp.tokens_file.is_none() {
+        // Nothing mutating is ever anonymous: TCP needs a way to authenticate callers.
+        return Err((
+            "api.tcp",
+            "set client_ca, tokens_file or both: TCP is never anonymous".into(),
+        ));
+    }
+    let files = [
+        ("api.tcp.cert", Some(&tcp.cert)),
+        ("api.tcp.key", Some(&tcp.key)),
+        ("api.tcp.client_ca", tcp.client_ca.as_ref()),
+        ("api.tcp.tokens_file", tcp.tokens_file.as_ref()),
+    ];
+    for (key, file) in files {
+        if let Some(f) = file.filter(|f| !f.is_file()) {
+            return Err((
+                key,
+                format!("{} does not exist or is not a file", f.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_the_documented_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.state_dir, Path::new("/var/lib/vgpud"));
+        assert_eq!(c.api.socket, Path::new("/run/vgpud/api.sock"));
+        assert_eq!(c.api_mode().unwrap(), 0o660);
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_name_the_line() {
+        let e = parse("state_dir = \"/x\"\n[engine]\nvendor_call_timeout = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("vendor_call_timeout") && e.contains("line 3"),
+            "{e}"
+        );
+        let e = parse("[dbus]\nenabled = \"yes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn values_are_validated() {
+        let cases = [
+            ("state_dir = \"var/lib\"", "state_dir"),
+            ("[host]\nreserved_cpus = \"0-x\"", "host.reserved_cpus"),
+            (
+                "[engine]\nvendor_call_timeout_ms = 5",
+                "engine.vendor_call_timeout_ms",
+            ),
+            ("[scheduler]\npolicy = \"worst-fit\"", "scheduler.policy"),
+            ("[api]\nsocket_mode = \"0999\"", "api.socket_mode"),
+            ("[api]\nsocket_mode = \"0066\"", "api.socket_mode"),
+            ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
+            (
+                "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/c\"\nkey = \"/k\"",
+                "api.tcp",
+            ),
+            (
+                "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/nonexistent/c\"\nkey = \"/k\"\ntokens_file = \"/t\"",
+                "api.tcp.cert",
+            ),
+        ];
+        for (text, key) in cases {
+            match parse(text) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn missing_default_file_is_the_defaults_but_a_named_missing_file_is_an_error() {
+        assert!(matches!(
+            Config::load(Path::new("/nonexistent/vgpud.toml")),
+            Err(ConfigError::Read { .. })
+        ));
+    }
+}
