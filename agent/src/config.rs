@@ -417,6 +417,12 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_documents_exactly_the_defaults() {
+        let text = include_str!("../../systemd/vgpud.toml");
+        assert_eq!(parse(text).unwrap(), Config::default());
+    }
+
+    #[test]
     fn missing_default_file_is_the_defaults_but_a_named_missing_file_is_an_error() {
         assert!(matches!(
             Config::load(Path::new("/nonexistent/vgpud.toml")),
