@@ -36,6 +36,14 @@ pub(crate) fn check_text(what: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// What a create has done so far, for its undo.
+#[derive(Debug, Default)]
+struct Progress {
+    intent: Option<u64>,
+    enabled_vfs: bool,
+    identity: Option<Identity>,
+}
+
 impl Engine {
     /// Creates one slice (explicit placement when the spec gives one), optionally handing it to a
     /// consumer at once. Bad input is refused before anything is touched.
@@ -82,29 +90,48 @@ impl Engine {
         spec: &SliceSpec,
         preset: Option<Identity>,
     ) -> Result<OwnedSlice> {
+        self.host().gpu(spec.gpu)?;
+        backend(spec.kind.backend()).validate(self.host(), spec)?;
+        let mut progress = Progress::default();
+        match self.create_steps(spec, preset, &mut progress) {
+            Ok(entry) => {
+                self.set_failure(entry.id, None);
+                tracing::info!(slice = %entry.id, gpu = %spec.gpu, kind = %spec.kind, "slice created");
+                self.emit(Event::SliceCreated {
+                    slice: entry.id,
+                    gpu: spec.gpu,
+                    backend: spec.kind.backend(),
+                });
+                Ok(entry)
+            }
+            Err(e) => Err(self.fail_create(&progress, e, spec)),
+        }
+    }
+
+    /// The steps of a create, recording in `p` what must be undone if a later one fails.
+    fn create_steps(
+        &self,
+        spec: &SliceSpec,
+        preset: Option<Identity>,
+        p: &mut Progress,
+    ) -> Result<OwnedSlice> {
         let host = self.host();
-        host.gpu(spec.gpu)?;
         let be = backend(spec.kind.backend());
-        be.validate(host, spec)?;
-        let mut intent = None;
-        let mut enabled_vfs = false;
         if needs_vfs(spec.kind.backend()) && host.vfs(spec.gpu)?.is_empty() {
             let open = Intent::Create {
                 gpu: spec.gpu,
                 slice: None,
                 enabled_vfs: true,
             };
-            let n = self.write(|d| d.open_intent(open))?;
-            intent = Some(n);
-            if let Err(e) = vfs::enable(host, spec.gpu, 1) {
-                return Err(self.fail_create(intent, e, spec, None, true));
-            }
-            enabled_vfs = true;
+            p.intent = Some(self.write(|d| d.open_intent(open))?);
+            // Set before the call: a failed enable may still have left VFs behind.
+            p.enabled_vfs = true;
+            vfs::enable(host, spec.gpu, 1)?;
         }
         let reserved = self.read(|d| d.reserved(spec.gpu));
-        let identity = match preset.map_or_else(|| be.plan(host, spec, &reserved), Ok) {
-            Ok(i) => i,
-            Err(e) => return Err(self.fail_create(intent, e, spec, None, enabled_vfs)),
+        let identity = match preset {
+            Some(i) => i,
+            None => be.plan(host, spec, &reserved)?,
         };
         let entry = OwnedSlice {
             id: SliceId::new_random(),
@@ -115,56 +142,36 @@ impl Engine {
         let open = Intent::Create {
             gpu: spec.gpu,
             slice: Some(entry.clone()),
-            enabled_vfs,
+            enabled_vfs: p.enabled_vfs,
         };
-        let n = match self.write(|d| match intent {
+        let n = self.write(|d| match p.intent {
             Some(n) => {
                 d.intents.insert(n, open);
                 n
             }
             None => d.open_intent(open),
-        }) {
-            Ok(n) => n,
-            Err(e) => return Err(self.fail_create(intent, e, spec, None, enabled_vfs)),
-        };
-        if let Err(e) = be.realize(host, spec, &entry.identity) {
-            return Err(self.fail_create(Some(n), e, spec, Some(&entry.identity), enabled_vfs));
-        }
+        })?;
+        p.intent = Some(n);
+        p.identity = Some(entry.identity.clone());
+        be.realize(host, spec, &entry.identity)?;
         // The host has it: ownership and the closed intent go in one write.
-        let committed = self.write(|d| {
+        self.write(|d| {
             d.intents.remove(&n);
             d.slices.insert(entry.id, entry.clone());
-        });
-        if let Err(e) = committed {
-            return Err(self.fail_create(Some(n), e, spec, Some(&entry.identity), enabled_vfs));
-        }
-        self.set_failure(entry.id, None);
-        tracing::info!(slice = %entry.id, gpu = %spec.gpu, kind = %spec.kind, "slice created");
-        self.emit(Event::SliceCreated {
-            slice: entry.id,
-            gpu: spec.gpu,
-            backend: spec.kind.backend(),
-        });
+        })?;
         Ok(entry)
     }
 
     /// Undoes a failed create and closes its intent; returns the original error. After a vendor
     /// timeout the intent stays open: the abandoned call may still complete, and the reconciler
     /// rolls it back once the GPU answers again.
-    fn fail_create(
-        &self,
-        intent: Option<u64>,
-        err: EngineError,
-        spec: &SliceSpec,
-        identity: Option<&Identity>,
-        enabled_vfs: bool,
-    ) -> EngineError {
+    fn fail_create(&self, p: &Progress, err: EngineError, spec: &SliceSpec) -> EngineError {
         if matches!(err, EngineError::Timeout { .. }) {
             return err;
         }
-        match self.undo_create(spec, identity, enabled_vfs) {
+        match self.undo_create(spec, p.identity.as_ref(), p.enabled_vfs) {
             Ok(()) => {
-                if let Some(n) = intent
+                if let Some(n) = p.intent
                     && let Err(e) = self.write(|d| d.intents.remove(&n))
                 {
                     tracing::warn!(error = %e, "cannot close a rolled-back intent; reconcile will");
