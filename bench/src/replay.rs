@@ -756,3 +756,103 @@ pub fn replay(
         pods: pods.len(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, gpus: u32) -> Node {
+        Node {
+            name: name.into(),
+            cpu_milli: 32_000,
+            memory_mib: 65_536,
+            gpus,
+            model: "G2".into(),
+        }
+    }
+
+    fn pod(num_gpu: u32, gpu_milli: u32) -> Pod {
+        Pod {
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            num_gpu,
+            gpu_milli,
+            gpu_spec: String::new(),
+        }
+    }
+
+    #[test]
+    fn inflate_stops_below_the_target_share_of_capacity() {
+        let nodes = vec![node("a", 2), node("b", 2)];
+        let pods = vec![pod(1, 500), pod(1, 250)];
+        let list = inflate(&pods, &nodes, 1.3, 7);
+        let total: u64 = list.iter().map(Pod::total_milli).sum();
+        assert!(total <= 5200 && total > 5200 - 500, "{total}");
+        assert!(list.len() > pods.len());
+    }
+
+    #[test]
+    fn fgd_fragmentation_counts_remainders_too_small_for_the_mix() {
+        let st = NodeState {
+            cpu_left: 10_000,
+            mem_left: 10_000,
+            left: vec![1000, 300],
+            model: 0,
+            tags: Vec::new(),
+        };
+        let typical = vec![Typical {
+            cpu_milli: 1000,
+            gpu_milli: 500,
+            num_gpu: 1,
+            gpu_spec: String::new(),
+            p: 1.0,
+        }];
+        // The 300 remainder cannot take a 500 share.
+        assert_eq!(fgd_frag(&st, "G2", &typical), 300.0);
+        // Without CPU for the shape, every free share is a fragment.
+        let starved = NodeState {
+            cpu_left: 500,
+            ..st
+        };
+        assert_eq!(fgd_frag(&starved, "G2", &typical), 1300.0);
+    }
+
+    #[test]
+    fn every_policy_fills_a_small_cluster_and_vgpud_packs_shares() {
+        let nodes = vec![node("a", 2), node("b", 2)];
+        let pods = vec![pod(1, 500); 8];
+        for p in ReplayPolicy::ALL {
+            let r = replay(&nodes, &pods, &pods, p, 1);
+            assert_eq!(r.failed, 0, "{}", p.name());
+            assert_eq!(r.at_end, 100.0, "{}", p.name());
+        }
+        // Two half shares then a whole GPU: the halves must share one GPU for the whole to fit.
+        let nodes = vec![node("a", 2)];
+        let pods = vec![pod(1, 500), pod(1, 500), pod(1, 1000)];
+        let r = replay(&nodes, &pods, &pods, ReplayPolicy::Vgpud, 1);
+        assert_eq!(r.failed, 0);
+    }
+
+    #[test]
+    fn baseline_scores_follow_the_plugins() {
+        let st = NodeState {
+            cpu_left: 64_000,
+            mem_left: 1,
+            left: vec![1000, 500],
+            model: 0,
+            tags: vec![(0, 1)],
+        };
+        // Best fit: 1 - ((64000-1000)/128000*0.5 + (1500-500)/8000*0.5) = 0.6914 -> 69.
+        assert_eq!(baseline_score(ReplayPolicy::BestFit, &st, &pod(1, 500)), 69);
+        // GpuPacking case 1: a used GPU with 50 % free: 100 - 50/10 = 95.
+        assert_eq!(
+            baseline_score(ReplayPolicy::GpuPacking, &st, &pod(1, 500)),
+            95
+        );
+        // GpuClustering: same shape only: 25*(8000-1500)/8000 + 75 = 20 + 75.
+        assert_eq!(
+            baseline_score(ReplayPolicy::GpuClustering, &st, &pod(1, 500)),
+            95
+        );
+    }
+}
