@@ -139,8 +139,11 @@ pub struct Rejection {
 pub struct HostScore {
     /// Whether the host can take the request at all.
     pub feasible: bool,
-    /// Higher is better: `-(frag_added) - 0.001 × free_after_host` for the fragmentation-aware
+    /// Higher is better: `-(frag_added) - 0.001 × host_free_after` for the fragmentation-aware
     /// policy (least fragmentation, then the fullest host), a policy-specific value otherwise.
+    /// An upstream scheduler should treat `frag_added` differences under about 0.05 GPU as ties
+    /// and keep a stable host order among them: on the openb replay that packs better than
+    /// exact comparison (see BENCHMARKS.md).
     pub score: f64,
     /// Expected fragmentation the placement adds, in GPUs.
     pub frag_added: f64,
