@@ -95,6 +95,14 @@ impl EngineError {
         }
     }
 
+    /// AMD SMI's status, for a host error from AMD SMI.
+    pub fn amd_status(&self) -> Option<u32> {
+        match self {
+            EngineError::Host { amd_status, .. } => *amd_status,
+            _ => None,
+        }
+    }
+
     pub(crate) fn host(context: impl Into<String>, errno: Option<i32>, source: Source) -> Self {
         EngineError::Host {
             context: context.into(),
