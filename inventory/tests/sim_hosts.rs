@@ -25,7 +25,11 @@ fn nvml_failing_everywhere_still_reports_every_gpu_from_sysfs() {
     let inv = discover(&access(&sim));
     assert_eq!(inv.gpus.len(), 8);
     assert!(inv.gpus.iter().all(|g| g.mig.is_none() && g.uuid.is_none()));
-    assert!(inv.gpus.iter().all(|g| g.numa_node.is_some() && g.iommu_group.is_some()));
+    assert!(
+        inv.gpus
+            .iter()
+            .all(|g| g.numa_node.is_some() && g.iommu_group.is_some())
+    );
     let all = inv.warnings.join("\n");
     assert!(all.contains("nvmlDeviceGetCount"), "{all}");
 }
@@ -49,8 +53,20 @@ fn one_failing_call_is_reported_on_its_gpu_only() {
     let inv = discover(&access(&sim));
     let first = &inv.gpus[0];
     assert_eq!(first.pci_address.to_string(), "0000:07:00.0");
-    assert!(first.warnings.iter().any(|w| w.contains("GPU is lost")), "{:?}", first.warnings);
-    assert!(first.mig.as_ref().unwrap().profiles.iter().all(|p| p.placements.is_empty()));
+    assert!(
+        first.warnings.iter().any(|w| w.contains("GPU is lost")),
+        "{:?}",
+        first.warnings
+    );
+    assert!(
+        first
+            .mig
+            .as_ref()
+            .unwrap()
+            .profiles
+            .iter()
+            .all(|p| p.placements.is_empty())
+    );
     let second = inv.gpus[1].mig.as_ref().unwrap();
     assert!(second.profiles.iter().all(|p| !p.placements.is_empty()));
 }
@@ -59,14 +75,22 @@ fn one_failing_call_is_reported_on_its_gpu_only() {
 fn unreadable_sysfs_attribute_keeps_the_device() {
     let sim = host("single-gpu");
     let gpu = discover(&access(&sim)).gpus[0].pci_address;
-    sim.inject_fault(format!("read:/sys/bus/pci/devices/{gpu}/numa_node=EIO").parse().unwrap())
-        .unwrap();
+    sim.inject_fault(
+        format!("read:/sys/bus/pci/devices/{gpu}/numa_node=EIO")
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
     let inv = discover(&access(&sim));
     assert_eq!(inv.gpus.len(), 1);
     let g = &inv.gpus[0];
     // The GPU's own attribute failed; NVML or nobody gives the locality, and the problem is said.
     assert_ne!(g.numa_source, NumaSource::Device);
-    assert!(g.warnings.iter().any(|w| w.contains("numa_node")), "{:?}", g.warnings);
+    assert!(
+        g.warnings.iter().any(|w| w.contains("numa_node")),
+        "{:?}",
+        g.warnings
+    );
 }
 
 #[test]
@@ -80,17 +104,27 @@ fn existing_slices_are_listed_whoever_made_them() {
     let uuid = ids::MdevUuid::new_random();
     mdev::create(fs.as_ref(), &parent, &ty, uuid).unwrap();
     let inv = discover(&access(&sim));
-    let t4 = inv.gpus.iter().find(|g| g.pci_address == t4.pci_address).unwrap();
+    let t4 = inv
+        .gpus
+        .iter()
+        .find(|g| g.pci_address == t4.pci_address)
+        .unwrap();
     let slice = t4.slices.iter().find_map(|s| match s {
-        ExistingSlice::Mdev { uuid: u, type_id, iommu_group } if *u == uuid => {
-            Some((type_id.clone(), *iommu_group))
-        }
+        ExistingSlice::Mdev {
+            uuid: u,
+            type_id,
+            iommu_group,
+        } if *u == uuid => Some((type_id.clone(), *iommu_group)),
         _ => None,
     });
     let (type_id, group) = slice.expect("the new mdev is listed");
     assert_eq!(type_id, ty);
     assert!(group.is_some());
     // NVIDIA mdev GPUs are homogeneous: the other types have nothing left.
-    let q2 = t4.mdev_types.iter().find(|t| t.id.as_str() == "nvidia-231").unwrap();
+    let q2 = t4
+        .mdev_types
+        .iter()
+        .find(|t| t.id.as_str() == "nvidia-231")
+        .unwrap();
     assert_eq!(q2.available_instances, Some(0));
 }
