@@ -1,11 +1,11 @@
-//! The vgpud agent: wires the host-access implementations (real or simulated) to the layers
-//! above them and carries the admin commands of the `vgpud` binary.
+//! The vgpud agent: the slice engine, the one internal service interface every front end uses,
+//! the configuration, and the wiring of host-access implementations (real or simulated).
 //!
-//! Later issues add the slice engine, the desired-state store and the daemon here. This crate
-//! must not parse HTTP or D-Bus; those front ends live in `api`.
+//! This crate must not parse HTTP or D-Bus; those front ends live in `api`, and the `vgpud`
+//! binary (crate `vgpud`) puts the two together.
 
 pub mod capture;
-pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod host;
+pub mod service;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use ids::PciAddress;
 
-use crate::host::{self, HostChoice};
+use agent::host::{self, HostChoice};
 
 /// vgpud: GPU slicing agent for hypervisor hosts.
 #[derive(Debug, Parser)]
@@ -184,7 +184,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(cmd) => sim(cmd),
         Command::CaptureProfile { root, output } => {
             let access = host::real_access(root.as_deref().unwrap_or(std::path::Path::new("/")));
-            let text = crate::capture::capture(&access)?.to_toml()?;
+            let text = agent::capture::capture(&access)?.to_toml()?;
             match output {
                 Some(file) => std::fs::write(&file, text)
                     .with_context(|| format!("writing {}", file.display())),

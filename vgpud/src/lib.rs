@@ -1,0 +1,6 @@
+//! The `vgpud` program: its command line (admin commands over the `agent` library) and, with
+//! `vgpud run`, the daemon that serves the `api` front ends over the agent's service.
+//!
+//! This crate only wires: no slicing logic (that is `agent`), no wire formats (that is `api`).
+
+pub mod cli;
