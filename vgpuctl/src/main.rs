@@ -1,0 +1,3 @@
+//! vgpuctl: the command-line client of vgpud's REST API.
+
+fn main() {}
