@@ -151,15 +151,16 @@ impl Host {
         })
     }
 
-    /// The GPU (a physical function with a GPU class), or why `addr` is not one.
+    /// The device slices are carved from: a GPU, or another accelerator that is an SR-IOV physical
+    /// function (its VFs are `sriov-vf` slices). Anything else is refused with the reason.
     pub(crate) fn gpu(&self, addr: PciAddress) -> Result<vfio::PciDevice> {
         let dev = self.pci(addr).map_err(|e| match e {
             EngineError::NotFound(_) => EngineError::NotFound(format!("GPU {addr} is not present")),
             e => e,
         })?;
-        if !dev.is_gpu() || dev.is_vf() {
+        if dev.is_vf() || !(dev.is_gpu() || dev.sriov.is_some()) {
             return Err(EngineError::InvalidRequest(format!(
-                "{addr} is not a GPU (physical function)"
+                "{addr} is not a GPU or an SR-IOV physical function"
             )));
         }
         Ok(dev)

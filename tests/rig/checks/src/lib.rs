@@ -7,11 +7,12 @@
 //! passes when every check passes on the kernel and the simulator's observations equal the
 //! kernel's.
 
+pub mod engine_phases;
 mod scenarios;
 
 use std::collections::BTreeMap;
 
-pub use scenarios::run_all;
+pub use scenarios::{find_pf, run_all};
 
 /// The outcome of one check.
 #[derive(Debug, Clone)]

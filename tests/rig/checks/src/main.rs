@@ -34,11 +34,26 @@ fn run(args: Vec<String>) -> anyhow::Result<bool> {
             Ok(report.failures() == 0)
         }
         ["inventory", "--console", console] => inventory(console),
+        ["engine", phase @ ("create" | "verify"), "--state-dir", dir] => engine(phase, dir),
         ["sim", "--profile", profile, "--kernel", observations] => compare(profile, observations),
         _ => anyhow::bail!(
-            "usage: rig-checks kernel | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS"
+            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS"
         ),
     }
+}
+
+/// Runs one engine phase on the host it runs on (the rig's guest).
+fn engine(phase: &str, dir: &str) -> anyhow::Result<bool> {
+    let fs = sysfs::RealSysfs::host();
+    let pf = rig_checks::find_pf(&fs).context("no SR-IOV PF in the guest")?;
+    let mut report = rig_checks::Report::default();
+    let dir = std::path::Path::new(dir);
+    match phase {
+        "create" => rig_checks::engine_phases::create(&fs, pf, dir, &mut report)?,
+        _ => rig_checks::engine_phases::verify(&fs, pf, dir, &mut report)?,
+    }
+    report.print("kernel");
+    Ok(report.failures() == 0)
 }
 
 /// Checks the guest's `vgpud inventory --json`, printed between markers on the console.

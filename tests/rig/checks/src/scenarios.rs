@@ -120,7 +120,8 @@ fn mdev_parents(fs: &dyn Sysfs, r: &mut Report) {
     }
 }
 
-fn find_pf(fs: &dyn Sysfs) -> Option<PciAddress> {
+/// The rig's SR-IOV physical function (QEMU's igb), if present.
+pub fn find_pf(fs: &dyn Sysfs) -> Option<PciAddress> {
     let (devices, _) = vfio::list_devices(fs).ok()?;
     devices.into_iter().find(|a| {
         vfio::read_device(fs, *a).is_ok_and(|d| (d.vendor, d.device) == IGB_PF && d.sriov.is_some())
