@@ -22,6 +22,14 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the agent: reconcile, then serve the REST API, D-Bus and metrics until SIGTERM.
+    Run(crate::daemon::RunArgs),
+    /// Check a configuration file and print the effective configuration (exit 1 if invalid).
+    CheckConfig {
+        /// The file.
+        #[arg(value_name = "FILE", default_value = agent::config::DEFAULT_CONFIG)]
+        file: PathBuf,
+    },
     /// Describe the host: NUMA nodes, GPUs, what each can be sliced into, existing slices.
     Inventory(InventoryArgs),
     /// Drive a simulated host kept in a state directory.
@@ -157,8 +165,12 @@ pub struct StateDir {
 
 /// Runs the command line; errors are printed with their causes and give exit status 1.
 pub fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    // The daemon reports its life (ready, reconciles, stops); admin commands only their troubles.
+    init_logging(match cli.command {
+        Command::Run(_) => "info",
+        _ => "warn",
+    });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -168,18 +180,41 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Logs to the journal when systemd connected our output to it (`JOURNAL_STREAM`), as plain text
+/// on standard error otherwise; `VGPUD_LOG` (e.g. `debug`) overrides the level.
+fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     let filter = tracing_subscriber::EnvFilter::try_from_env("VGPUD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        match tracing_journald::layer() {
+            Ok(journal) => {
+                let _ = tracing_subscriber::registry()
+                    .with(filter)
+                    .with(journal)
+                    .try_init();
+                return;
+            }
+            Err(e) => {
+                eprintln!("vgpud: cannot log to the journal ({e}); logging to standard error")
+            }
+        }
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
 /// Runs one parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Run(args) => crate::daemon::run(args),
+        Command::CheckConfig { file } => print(&crate::daemon_config::check_config(&file)?),
         Command::Inventory(args) => inventory(&args),
         Command::Sim(cmd) => sim(cmd),
         Command::CaptureProfile { root, output } => {

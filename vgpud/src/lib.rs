@@ -4,3 +4,7 @@
 //! This crate only wires: no slicing logic (that is `agent`), no wire formats (that is `api`).
 
 pub mod cli;
+pub mod daemon;
+mod daemon_config;
+mod daemon_listen;
+mod daemon_systemd;
