@@ -3,4 +3,6 @@
 //! translate wire formats, authentication and errors, and hold no business logic.
 
 pub mod dbus;
+pub mod error;
 pub mod rest;
+pub mod wire;

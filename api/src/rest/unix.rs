@@ -1,0 +1,225 @@
+//! The unix-socket listener: the default way in. Who may connect is decided by the socket's mode
+//! and group; each request carries the peer's credentials as its [`Caller`].
+
+use std::future::Future;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::serve::{IncomingStream, Listener};
+use tokio::net::{UnixListener, UnixStream};
+
+use super::auth::Caller;
+use crate::error::ApiError;
+
+/// How long requests in flight may take to finish after shutdown was asked for. Event streams
+/// never finish by themselves; they are cut after this.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A unix listener that reports each peer's credentials as its address.
+struct PeerListener {
+    inner: UnixListener,
+}
+
+impl Listener for PeerListener {
+    type Io = UnixStream;
+    type Addr = Caller;
+
+    async fn accept(&mut self) -> (UnixStream, Caller) {
+        loop {
+            match self.inner.accept().await {
+                Ok((stream, _)) => match stream.peer_cred() {
+                    Ok(cred) => {
+                        let caller = Caller::Unix {
+                            uid: cred.uid(),
+                            gid: cred.gid(),
+                            pid: cred.pid(),
+                        };
+                        tracing::debug!(%caller, "API connection");
+                        return (stream, caller);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "API connection without peer credentials dropped"),
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting on the API socket failed");
+                    // Out of file descriptors and the like: do not spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Caller> {
+        Ok(Caller::Local {
+            what: "unix socket".into(),
+        })
+    }
+}
+
+impl Connected<IncomingStream<'_, PeerListener>> for Caller {
+    fn connect_info(stream: IncomingStream<'_, PeerListener>) -> Self {
+        stream.remote_addr().clone()
+    }
+}
+
+async fn attach_caller(ConnectInfo(caller): ConnectInfo<Caller>, mut req: Request, next: Next) -> Response {
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// Serves `router` on a unix socket at `socket` with permission bits `mode` (e.g. `0o660`) and
+/// group `group`, until `shutdown` resolves; then requests in flight get [`SHUTDOWN_GRACE`] to
+/// finish and the socket file is removed.
+///
+/// The socket is made under a temporary name, given its mode and group, and only then renamed
+/// into place: no client ever sees it with looser permissions. A stale socket file (nobody
+/// listening) is replaced; a live one, or any other kind of file, is an error.
+pub async fn serve_unix(
+    router: Router,
+    socket: &Path,
+    mode: u32,
+    group: Option<&str>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
+    let listener = bind(socket, mode, group).await?;
+    tracing::info!(socket = %socket.display(), mode = format!("{mode:04o}"), group, "REST API listening");
+    let app = router
+        .layer(middleware::from_fn(attach_caller))
+        .into_make_service_with_connect_info::<Caller>();
+    let result = serve_with_grace(shutdown, move |signal| async move {
+        axum::serve(PeerListener { inner: listener }, app)
+            .with_graceful_shutdown(signal)
+            .await
+    })
+    .await;
+    if let Err(e) = std::fs::remove_file(socket) {
+        tracing::debug!(error = %e, socket = %socket.display(), "socket file not removed");
+    }
+    result.map_err(|e| ApiError::listener(format!("serving on {}", socket.display()), e))
+}
+
+/// Runs a server until `shutdown`, then gives it [`SHUTDOWN_GRACE`] to finish gracefully.
+pub(super) async fn serve_with_grace<F, Fut>(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    server: F,
+) -> std::io::Result<()>
+where
+    F: FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = std::io::Result<()>>,
+{
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = tx.send(true);
+    });
+    let mut graceful = rx.clone();
+    let signal = Box::pin(async move {
+        let _ = graceful.wait_for(|v| *v).await;
+    });
+    let mut deadline = rx;
+    tokio::select! {
+        r = server(signal) => r,
+        _ = async move {
+            let _ = deadline.wait_for(|v| *v).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::info!("REST connections still open after the grace period were closed");
+            Ok(())
+        }
+    }
+}
+
+async fn bind(socket: &Path, mode: u32, group: Option<&str>) -> Result<UnixListener, ApiError> {
+    remove_stale(socket).await?;
+    let gid = group.map(group_id).transpose()?;
+    let temp = temp_name(socket);
+    let _ = std::fs::remove_file(&temp);
+    let listener = UnixListener::bind(&temp)
+        .map_err(|e| ApiError::listener(format!("binding {}", temp.display()), e))?;
+    let setup = || -> Result<(), ApiError> {
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| ApiError::listener(format!("setting mode {mode:04o} on {}", temp.display()), e))?;
+        if let Some(gid) = gid {
+            std::os::unix::fs::chown(&temp, None, Some(gid))
+                .map_err(|e| ApiError::listener(format!("giving {} to group {gid}", temp.display()), e))?;
+        }
+        std::fs::rename(&temp, socket)
+            .map_err(|e| ApiError::listener(format!("moving the socket to {}", socket.display()), e))
+    };
+    if let Err(e) = setup() {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(listener)
+}
+
+fn temp_name(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(format!(".tmp-{}", std::process::id()));
+    PathBuf::from(name)
+}
+
+async fn remove_stale(socket: &Path) -> Result<(), ApiError> {
+    let meta = match std::fs::symlink_metadata(socket) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ApiError::listener(format!("checking {}", socket.display()), e)),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ApiError::listener(
+            format!("{} exists and is not a socket; not replacing it", socket.display()),
+            std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        ));
+    }
+    if UnixStream::connect(socket).await.is_ok() {
+        return Err(ApiError::listener(
+            format!("another process serves {}", socket.display()),
+            std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        ));
+    }
+    std::fs::remove_file(socket)
+        .map_err(|e| ApiError::listener(format!("removing the stale socket {}", socket.display()), e))
+}
+
+/// A group's id from `/etc/group` (system groups such as `vgpud` live there; sysusers makes it).
+fn group_id(name: &str) -> Result<u32, ApiError> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Ok(gid);
+    }
+    let text = std::fs::read_to_string("/etc/group")
+        .map_err(|e| ApiError::listener("reading /etc/group".into(), e))?;
+    gid_in(&text, name).ok_or_else(|| {
+        ApiError::listener(
+            format!("group {name:?} is not in /etc/group"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        )
+    })
+}
+
+fn gid_in(etc_group: &str, name: &str) -> Option<u32> {
+    etc_group.lines().find_map(|line| {
+        let mut f = line.split(':');
+        (f.next() == Some(name))
+            .then(|| f.nth(1).and_then(|g| g.parse().ok()))
+            .flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_found_by_name() {
+        let text = "root:x:0:\nvgpud:x:998:alice,bob\nbad line\n";
+        assert_eq!(gid_in(text, "vgpud"), Some(998));
+        assert_eq!(gid_in(text, "root"), Some(0));
+        assert_eq!(gid_in(text, "nobody"), None);
+        assert_eq!(group_id("42").unwrap(), 42);
+    }
+}

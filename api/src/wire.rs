@@ -1,0 +1,110 @@
+//! Wire types of the REST API: what goes over HTTP as JSON, with OpenAPI schemas, and the
+//! conversions to and from the engine's model.
+//!
+//! Requests reject unknown fields and are checked here against exactly the constraints their
+//! schema declares (lengths, patterns, ranges), so a request the document calls valid is never
+//! refused for its shape, and one it calls invalid never reaches the engine. Identifiers are
+//! accepted in their canonical spelling only: nothing a client sends becomes a path on the host
+//! unchecked.
+
+pub mod events;
+pub mod inventory;
+pub mod layouts;
+pub mod slices;
+
+use std::str::FromStr;
+
+use crate::error::ApiError;
+
+/// Longest consumer, VM, idempotency key or slice type, in characters. Four bytes per character
+/// at most keeps it within the engine's 256-byte limit.
+pub const MAX_TEXT_CHARS: usize = 64;
+
+/// The pattern of free text: no control characters.
+pub const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]+$";
+
+/// The pattern of a canonical PCI address (`dddd:bb:dd.f`, lower case).
+pub const PCI_PATTERN: &str = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$";
+
+/// The pattern of a canonical UUID (hyphenated, lower case).
+pub const UUID_PATTERN: &str =
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+
+/// Implements the OpenAPI schema of a string newtype with a pattern.
+macro_rules! text_schema {
+    ($ty:ty, $pattern:expr, $example:literal) => {
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some($pattern))
+                    .examples([serde_json::json!($example)])
+                    .into()
+            }
+        }
+        impl utoipa::ToSchema for $ty {}
+    };
+}
+pub(crate) use text_schema;
+
+/// Checks free text (consumer, VM, key, type) against [`MAX_TEXT_CHARS`] and [`TEXT_PATTERN`].
+pub fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
+    let n = value.chars().count();
+    if n == 0 {
+        return Err(ApiError::Unprocessable(format!("{field}: must not be empty")));
+    }
+    if n > MAX_TEXT_CHARS {
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: longer than {MAX_TEXT_CHARS} characters"
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: contains control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses a PCI address in its canonical form only (`0000:07:00.0`; not `7:0.0`, not upper case).
+pub fn parse_pci(field: &str, value: &str) -> Result<ids::PciAddress, ApiError> {
+    canonical(field, value, "a PCI address such as 0000:07:00.0")
+}
+
+/// Parses a value whose `Display` is its canonical form, refusing every other spelling.
+pub fn canonical<T>(field: &str, value: &str, what: &str) -> Result<T, ApiError>
+where
+    T: FromStr + ToString,
+{
+    let shown: String = value.chars().take(64).collect();
+    match value.parse::<T>() {
+        Ok(v) if v.to_string() == value => Ok(v),
+        _ => Err(ApiError::Unprocessable(format!(
+            "{field}: {shown:?} is not {what} in canonical form"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_addresses_only_in_canonical_form() {
+        assert!(parse_pci("gpu", "0000:07:00.0").is_ok());
+        for bad in ["7:0.0", "0000:07:00.0 ", "0000:07:00.A", "0000:07:00.8", "../x", ""] {
+            assert!(parse_pci("gpu", bad).is_err(), "{bad}");
+        }
+        assert!(parse_pci("gpu", "0000:0A:00.0").is_err());
+    }
+
+    #[test]
+    fn text_limits_match_the_schema() {
+        assert!(check_text("consumer", "nova").is_ok());
+        assert!(check_text("consumer", &"é".repeat(MAX_TEXT_CHARS)).is_ok());
+        assert!(check_text("consumer", &"a".repeat(MAX_TEXT_CHARS + 1)).is_err());
+        assert!(check_text("consumer", "").is_err());
+        assert!(check_text("consumer", "a\nb").is_err());
+        assert!(check_text("consumer", "a\u{85}b").is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! Events on the wire: the data of each Server-Sent Event of `GET /v1/events`. The SSE `event:`
+//! line carries the same name as the `event` field.
+
+use agent::engine;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::layouts::LayoutState;
+
+/// Something that happened to slices, allocations, layouts or the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A slice was created (or re-created after the host lost it).
+    SliceCreated {
+        /// The slice.
+        slice: String,
+        /// Its GPU.
+        gpu: String,
+        /// Its mechanism.
+        backend: String,
+    },
+    /// A slice was destroyed.
+    SliceDestroyed {
+        /// The slice.
+        slice: String,
+        /// Its GPU.
+        gpu: String,
+    },
+    /// Slices were allocated to a consumer.
+    AllocationCreated {
+        /// The allocation.
+        allocation: String,
+        /// The consumer.
+        consumer: String,
+        /// The slices.
+        slices: Vec<String>,
+    },
+    /// An allocation was released.
+    AllocationReleased {
+        /// The allocation.
+        allocation: String,
+    },
+    /// An owned slice was changed or removed behind vgpud's back.
+    Drift {
+        /// The slice.
+        slice: String,
+        /// Its GPU.
+        gpu: String,
+        /// What was found, and what vgpud did.
+        reason: String,
+    },
+    /// A slice vgpud did not create was found (it is left alone).
+    ForeignFound {
+        /// The GPU.
+        gpu: String,
+        /// What it is.
+        slice: String,
+    },
+    /// A GPU's layout status changed.
+    LayoutStatus {
+        /// The GPU.
+        gpu: String,
+        /// Its status.
+        state: LayoutState,
+        /// Why, when not applied.
+        reasons: Vec<String>,
+    },
+    /// A reconcile pass finished.
+    ReconcileDone {
+        /// Owned slices re-created.
+        recreated: usize,
+        /// Intents finished or rolled back.
+        intents_resolved: usize,
+        /// Owned slices in the failed state.
+        failed: usize,
+        /// Foreign slices seen.
+        foreign: usize,
+    },
+    /// The subscriber fell behind and missed events: re-read the state.
+    Lagged {
+        /// How many were missed.
+        missed: u64,
+    },
+}
+
+impl Event {
+    /// The event's name (the SSE `event:` line).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::SliceCreated { .. } => "slice_created",
+            Event::SliceDestroyed { .. } => "slice_destroyed",
+            Event::AllocationCreated { .. } => "allocation_created",
+            Event::AllocationReleased { .. } => "allocation_released",
+            Event::Drift { .. } => "drift",
+            Event::ForeignFound { .. } => "foreign_found",
+            Event::LayoutStatus { .. } => "layout_status",
+            Event::ReconcileDone { .. } => "reconcile_done",
+            Event::Lagged { .. } => "lagged",
+        }
+    }
+}
+
+impl From<&engine::Event> for Event {
+    fn from(e: &engine::Event) -> Self {
+        use engine::Event as E;
+        match e {
+            E::SliceCreated {
+                slice,
+                gpu,
+                backend,
+            } => Event::SliceCreated {
+                slice: slice.to_string(),
+                gpu: gpu.to_string(),
+                backend: backend.as_str().to_owned(),
+            },
+            E::SliceDestroyed { slice, gpu } => Event::SliceDestroyed {
+                slice: slice.to_string(),
+                gpu: gpu.to_string(),
+            },
+            E::AllocationCreated {
+                allocation,
+                consumer,
+                slices,
+            } => Event::AllocationCreated {
+                allocation: allocation.to_string(),
+                consumer: consumer.clone(),
+                slices: slices.iter().map(ToString::to_string).collect(),
+            },
+            E::AllocationReleased { allocation } => Event::AllocationReleased {
+                allocation: allocation.to_string(),
+            },
+            E::Drift { slice, gpu, reason } => Event::Drift {
+                slice: slice.to_string(),
+                gpu: gpu.to_string(),
+                reason: reason.clone(),
+            },
+            E::ForeignFound { gpu, slice } => Event::ForeignFound {
+                gpu: gpu.to_string(),
+                slice: slice.clone(),
+            },
+            E::LayoutStatus {
+                gpu,
+                state,
+                reasons,
+            } => Event::LayoutStatus {
+                gpu: gpu.to_string(),
+                state: (*state).into(),
+                reasons: reasons.clone(),
+            },
+            E::ReconcileDone {
+                recreated,
+                intents_resolved,
+                failed,
+                foreign,
+            } => Event::ReconcileDone {
+                recreated: *recreated,
+                intents_resolved: *intents_resolved,
+                failed: *failed,
+                foreign: *foreign,
+            },
+        }
+    }
+}

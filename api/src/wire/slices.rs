@@ -1,0 +1,509 @@
+//! Slices and allocations on the wire.
+
+use agent::engine::{self, AllocationId, SliceId};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{canonical, check_text, parse_pci};
+use crate::error::ApiError;
+
+/// The pattern of an mdev type id as the API accepts it.
+pub const MDEV_TYPE_PATTERN: &str = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$";
+/// The pattern of a MIG profile name in canonical form.
+pub const MIG_PROFILE_PATTERN: &str = r"^[1-8]g\.[1-9][0-9]{0,3}gb([+-][a-z]+(\.[a-z]+)*)*$";
+
+/// What kind of slice, with its mechanism's parameters (the `backend` field says which).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "backend", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SliceKind {
+    /// A mediated device of this type.
+    Mdev {
+        /// The mdev type id, e.g. `nvidia-222`.
+        #[schema(pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$", example = "nvidia-222")]
+        type_id: String,
+    },
+    /// An NVIDIA vendor-specific VFIO vGPU of this type, on one of the GPU's VFs.
+    NvidiaVfio {
+        /// The vGPU type id, e.g. 1421.
+        #[schema(minimum = 1, maximum = 4294967295_u64)]
+        vgpu_type: u32,
+    },
+    /// A plain SR-IOV VF bound to vfio-pci.
+    SriovVf,
+    /// A MIG GPU instance (with one compute instance spanning it).
+    Mig {
+        /// The GPU-instance profile, e.g. `3g.40gb`.
+        #[schema(pattern = r"^[1-8]g\.[1-9][0-9]{0,3}gb([+-][a-z]+(\.[a-z]+)*)*$", example = "3g.40gb")]
+        profile: String,
+        /// The start slot; absent: vgpud chooses.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 7)]
+        start: Option<u32>,
+    },
+    /// The whole GPU bound to vfio-pci.
+    Passthrough,
+}
+
+/// Most MIG start slots a GPU has (memory slices).
+pub const MAX_MIG_START: u32 = 7;
+
+impl SliceKind {
+    /// The engine's kind, after the same checks the schema declares.
+    pub fn to_engine(&self) -> Result<engine::SliceKind, ApiError> {
+        Ok(match self {
+            SliceKind::Mdev { type_id } => {
+                if !is_mdev_type(type_id) {
+                    return Err(ApiError::Unprocessable(format!(
+                        "kind.type_id: {:?} does not match {MDEV_TYPE_PATTERN}",
+                        short(type_id)
+                    )));
+                }
+                engine::SliceKind::Mdev {
+                    type_id: canonical("kind.type_id", type_id, "an mdev type id")?,
+                }
+            }
+            SliceKind::NvidiaVfio { vgpu_type } => engine::SliceKind::NvidiaVfio {
+                vgpu_type: ids::VgpuTypeId::new(*vgpu_type).ok_or_else(|| {
+                    ApiError::Unprocessable("kind.vgpu_type: 0 is not a vGPU type".into())
+                })?,
+            },
+            SliceKind::SriovVf => engine::SliceKind::SriovVf,
+            SliceKind::Mig { profile, start } => {
+                if start.is_some_and(|s| s > MAX_MIG_START) {
+                    return Err(ApiError::Unprocessable(format!(
+                        "kind.start: must be at most {MAX_MIG_START}"
+                    )));
+                }
+                engine::SliceKind::Mig {
+                    profile: canonical("kind.profile", profile, "a MIG profile name")?,
+                    start: *start,
+                }
+            }
+            SliceKind::Passthrough => engine::SliceKind::Passthrough,
+        })
+    }
+}
+
+impl From<&engine::SliceKind> for SliceKind {
+    fn from(k: &engine::SliceKind) -> Self {
+        match k {
+            engine::SliceKind::Mdev { type_id } => SliceKind::Mdev {
+                type_id: type_id.to_string(),
+            },
+            engine::SliceKind::NvidiaVfio { vgpu_type } => SliceKind::NvidiaVfio {
+                vgpu_type: vgpu_type.get(),
+            },
+            engine::SliceKind::SriovVf => SliceKind::SriovVf,
+            engine::SliceKind::Mig { profile, start } => SliceKind::Mig {
+                profile: profile.to_string(),
+                start: *start,
+            },
+            engine::SliceKind::Passthrough => SliceKind::Passthrough,
+        }
+    }
+}
+
+fn is_mdev_type(s: &str) -> bool {
+    let ok = |c: char, first: bool| c.is_ascii_alphanumeric() || c == '_' || c == '-' || (!first && c == '.');
+    let mut chars = s.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    s.len() <= 128 && ok(first, true) && chars.all(|c| ok(c, false))
+}
+
+fn short(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// The consumer (and VM) to hand a new slice to at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    /// The consumer (a tenant, a Nova instance id, …).
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    pub consumer: String,
+    /// The VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    pub vm: Option<String>,
+}
+
+/// `POST /v1/slices`: one slice of an explicit kind on an explicit GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSliceRequest {
+    /// The GPU (physical function), canonical PCI address.
+    #[schema(pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$", example = "0000:07:00.0")]
+    pub gpu: String,
+    /// What to make.
+    pub kind: SliceKind,
+    /// Hand it to this consumer at once (one allocation then holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+impl CreateSliceRequest {
+    /// The engine's request.
+    pub fn to_engine(&self) -> Result<engine::CreateSlice, ApiError> {
+        let owner = match &self.owner {
+            Some(o) => {
+                check_text("owner.consumer", &o.consumer)?;
+                if let Some(vm) = &o.vm {
+                    check_text("owner.vm", vm)?;
+                }
+                Some(engine::OwnerRequest {
+                    consumer: o.consumer.clone(),
+                    vm: o.vm.clone(),
+                })
+            }
+            None => None,
+        };
+        Ok(engine::CreateSlice {
+            spec: engine::SliceSpec {
+                gpu: parse_pci("gpu", &self.gpu)?,
+                kind: self.kind.to_engine()?,
+            },
+            owner,
+        })
+    }
+}
+
+/// Where a slice is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SliceState {
+    /// Being made.
+    Creating,
+    /// Present on the host and free.
+    Ready,
+    /// Present and held by an allocation.
+    Allocated,
+    /// Being destroyed.
+    Releasing,
+    /// Not as it should be on the host; `reason` says why.
+    Failed,
+}
+
+impl From<engine::SliceState> for SliceState {
+    fn from(s: engine::SliceState) -> Self {
+        match s {
+            engine::SliceState::Creating => SliceState::Creating,
+            engine::SliceState::Ready => SliceState::Ready,
+            engine::SliceState::Allocated => SliceState::Allocated,
+            engine::SliceState::Releasing => SliceState::Releasing,
+            engine::SliceState::Failed => SliceState::Failed,
+        }
+    }
+}
+
+/// A slice vgpud owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Slice {
+    /// Its id (UUID, stable across re-creations).
+    #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub id: String,
+    /// The GPU.
+    pub gpu: String,
+    /// The mechanism: `mdev`, `nvidia-vfio`, `sriov-vf`, `mig`, `passthrough`.
+    pub backend: String,
+    /// The type as an allocation request names it: a MIG profile, an mdev type id, a vGPU type
+    /// id, `vf` or `gpu`.
+    #[serde(rename = "type")]
+    pub slice_type: String,
+    /// The kind, in the form `POST /v1/slices` takes.
+    pub kind: SliceKind,
+    /// The GPU's NUMA node, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u16>,
+    /// Where it is in its life.
+    pub state: SliceState,
+    /// Why it is in that state, when that is not obvious.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The mdev UUID, for an mdev.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mdev_uuid: Option<String>,
+    /// The PCI function handed to the VM (a VF, or the GPU itself for passthrough).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<String>,
+    /// The IOMMU group (`/dev/vfio/<n>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vfio_group: Option<u32>,
+    /// MIG GPU instance id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    /// MIG compute instance id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
+    /// The allocation holding it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<String>,
+    /// The consumer holding it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The VM holding it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+}
+
+/// The type string of a kind, as allocation requests spell it.
+pub fn type_name(k: &engine::SliceKind) -> String {
+    match k {
+        engine::SliceKind::Mdev { type_id } => type_id.to_string(),
+        engine::SliceKind::NvidiaVfio { vgpu_type } => vgpu_type.to_string(),
+        engine::SliceKind::SriovVf => "vf".to_owned(),
+        engine::SliceKind::Mig { profile, .. } => profile.to_string(),
+        engine::SliceKind::Passthrough => "gpu".to_owned(),
+    }
+}
+
+impl From<&engine::Slice> for Slice {
+    fn from(s: &engine::Slice) -> Self {
+        Slice {
+            id: s.id.to_string(),
+            gpu: s.spec.gpu.to_string(),
+            backend: s.spec.kind.backend().as_str().to_owned(),
+            slice_type: type_name(&s.spec.kind),
+            kind: SliceKind::from(&s.spec.kind),
+            numa_node: s.numa_node.map(|n| n.0),
+            state: s.state.into(),
+            reason: s.reason.clone(),
+            mdev_uuid: s.handles.mdev_uuid.map(|u| u.to_string()),
+            pci_address: s.handles.pci_address.map(|a| a.to_string()),
+            vfio_group: s.handles.vfio_group.map(|g| g.0),
+            gpu_instance_id: s.handles.gpu_instance_id,
+            compute_instance_id: s.handles.compute_instance_id,
+            allocation: s.owner.as_ref().map(|o| o.allocation.to_string()),
+            consumer: s.owner.as_ref().map(|o| o.consumer.clone()),
+            vm: s.owner.as_ref().and_then(|o| o.vm.clone()),
+        }
+    }
+}
+
+/// What to allocate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SliceRequest {
+    /// A MIG profile name (`3g.40gb`), an mdev type id (`nvidia-222`), a vendor vGPU type name
+    /// (`NVIDIA H200X-1-18C`) or id, `vf`, or `gpu` for a whole GPU.
+    #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "3g.40gb")]
+    pub slice_type: String,
+    /// How many slices: all or none.
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 64, default = 1)]
+    pub count: u32,
+    /// Only this GPU (canonical PCI address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")]
+    pub gpu: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Most slices one allocation may hold.
+pub const MAX_COUNT: u32 = 64;
+
+/// `POST /v1/allocations`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AllocationRequest {
+    /// The consumer (a tenant, a Nova instance id, …).
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    pub consumer: String,
+    /// The VM the slices are for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    pub vm: Option<String>,
+    /// What to allocate.
+    pub request: SliceRequest,
+}
+
+impl AllocationRequest {
+    /// The engine's request; `idempotency_key` comes from the `Idempotency-Key` header.
+    pub fn to_engine(
+        &self,
+        idempotency_key: Option<String>,
+    ) -> Result<engine::AllocationRequest, ApiError> {
+        check_text("consumer", &self.consumer)?;
+        if let Some(vm) = &self.vm {
+            check_text("vm", vm)?;
+        }
+        let r = &self.request;
+        check_text("request.type", &r.slice_type)?;
+        if r.count == 0 || r.count > MAX_COUNT {
+            return Err(ApiError::Unprocessable(format!(
+                "request.count: {} is out of range 1..={MAX_COUNT}",
+                r.count
+            )));
+        }
+        let gpu = r
+            .gpu
+            .as_deref()
+            .map(|g| parse_pci("request.gpu", g))
+            .transpose()?;
+        Ok(engine::AllocationRequest {
+            consumer: self.consumer.clone(),
+            vm: self.vm.clone(),
+            request: engine::SliceRequest {
+                slice_type: r.slice_type.clone(),
+                count: r.count,
+                gpu,
+                idempotency_key,
+            },
+        })
+    }
+}
+
+/// One slice of an allocation, with the handles a VM needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AllocatedSlice {
+    /// The slice id.
+    pub id: String,
+    /// The GPU.
+    pub gpu: String,
+    /// The type, as requested (MIG profile, mdev type id, vGPU type id, `vf`, `gpu`).
+    #[serde(rename = "type")]
+    pub slice_type: String,
+    /// The mechanism.
+    pub backend: String,
+    /// The GPU's NUMA node, when known.
+    pub numa_node: Option<u16>,
+    /// The mdev UUID, for an mdev.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mdev_uuid: Option<String>,
+    /// The PCI function to hand to the VM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<String>,
+    /// The IOMMU group (`/dev/vfio/<n>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vfio_group: Option<u32>,
+}
+
+impl From<&Slice> for AllocatedSlice {
+    fn from(s: &Slice) -> Self {
+        AllocatedSlice {
+            id: s.id.clone(),
+            gpu: s.gpu.clone(),
+            slice_type: s.slice_type.clone(),
+            backend: s.backend.clone(),
+            numa_node: s.numa_node,
+            mdev_uuid: s.mdev_uuid.clone(),
+            pci_address: s.pci_address.clone(),
+            vfio_group: s.vfio_group,
+        }
+    }
+}
+
+/// Slices held by a consumer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Allocation {
+    /// Its id (UUID).
+    #[schema(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub id: String,
+    /// The consumer.
+    pub consumer: String,
+    /// The VM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// The requested type, as asked.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub slice_type: Option<String>,
+    /// The slices it holds.
+    pub slices: Vec<AllocatedSlice>,
+    /// VM pinning (CPUs, memory nodes) when the allocation names a VM and pinning applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub pinning: Option<serde_json::Value>,
+    /// When it was made, seconds since the Unix epoch.
+    pub created: u64,
+}
+
+impl Allocation {
+    /// The wire form of an allocation, with its slices looked up in `slices`.
+    pub fn new(a: &engine::Allocation, slices: &[engine::Slice]) -> Self {
+        let held = a
+            .slices
+            .iter()
+            .map(|id| match slices.iter().find(|s| s.id == *id) {
+                Some(s) => AllocatedSlice::from(&Slice::from(s)),
+                // The engine lists slices under an allocation only while it holds them; a
+                // racing release can still remove one between the two reads.
+                None => AllocatedSlice {
+                    id: id.to_string(),
+                    gpu: String::new(),
+                    slice_type: a.slice_type.clone().unwrap_or_default(),
+                    backend: String::new(),
+                    numa_node: None,
+                    mdev_uuid: None,
+                    pci_address: None,
+                    vfio_group: None,
+                },
+            })
+            .collect();
+        Allocation {
+            id: a.id.to_string(),
+            consumer: a.consumer.clone(),
+            vm: a.vm.clone(),
+            slice_type: a.slice_type.clone(),
+            slices: held,
+            pinning: None,
+            created: a.created,
+        }
+    }
+}
+
+/// Parses a slice id from a path: canonical UUID only.
+pub fn slice_id(s: &str) -> Result<SliceId, ApiError> {
+    s.parse::<SliceId>().map_err(ApiError::invalid)
+}
+
+/// Parses an allocation id from a path: canonical UUID only.
+pub fn allocation_id(s: &str) -> Result<AllocationId, ApiError> {
+    s.parse::<AllocationId>().map_err(ApiError::invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_convert_both_ways() {
+        let wire: SliceKind =
+            serde_json::from_str(r#"{"backend":"mig","profile":"3g.40gb","start":4}"#).unwrap();
+        let k = wire.to_engine().unwrap();
+        assert_eq!(SliceKind::from(&k), wire);
+        let bad: SliceKind =
+            serde_json::from_str(r#"{"backend":"mdev","type_id":"../etc"}"#).unwrap();
+        assert!(bad.to_engine().is_err());
+        let bad: SliceKind =
+            serde_json::from_str(r#"{"backend":"mig","profile":"3G.40GB"}"#).unwrap();
+        assert!(bad.to_engine().is_err(), "not canonical");
+        assert!(serde_json::from_str::<SliceKind>(r#"{"backend":"sriov-vf","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn mdev_type_pattern() {
+        assert!(is_mdev_type("nvidia-222"));
+        assert!(is_mdev_type("i915-GVTg_V5_4"));
+        for bad in ["", ".", "..", ".x", "a/b", "a:b", "a b"] {
+            assert!(!is_mdev_type(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn allocation_requests_are_checked() {
+        let r: AllocationRequest =
+            serde_json::from_str(r#"{"consumer":"c","request":{"type":"vf","count":65}}"#).unwrap();
+        assert!(r.to_engine(None).is_err());
+        let r: AllocationRequest =
+            serde_json::from_str(r#"{"consumer":"c","request":{"type":"vf","gpu":"0000:07:00.0"}}"#)
+                .unwrap();
+        let e = r.to_engine(Some("k".into())).unwrap();
+        assert_eq!(e.request.count, 1);
+        assert_eq!(e.request.idempotency_key.as_deref(), Some("k"));
+    }
+}
