@@ -8,4 +8,5 @@ pub mod capture;
 pub mod config;
 pub mod engine;
 pub mod host;
+pub mod pinning;
 pub mod service;

@@ -2,31 +2,195 @@
 //! [`Service`]: they translate wire formats and errors, nothing more. Every method blocks (sysfs,
 //! vendor calls, fsync, libvirt); async callers use `spawn_blocking`.
 //!
-//! The service joins the slice engine with what sits beside it: the scheduler's view of the host
-//! and VM pinning through libvirt.
+//! The service joins the slice engine with what sits beside it: the local scheduler (`sched`),
+//! which chooses where slices go when a request does not say, and VM pinning through libvirt
+//! (`vmpin`), which puts a VM's vCPUs and memory on its slices' NUMA node. An allocation that
+//! names a VM is pinned before it is committed: if pinning fails (libvirt down, no NUMA room
+//! under `required`), nothing is allocated.
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ids::PciAddress;
 use inventory::HostInventory;
+use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use crate::config::Config;
+use crate::engine::placement::Scheduling;
 use crate::engine::{
-    Allocation, AllocationId, AllocationRequest, CreateSlice, Engine, EngineError, Event, Layout,
-    LayoutsView, ReconcileReport, Slice, SliceId,
+    Allocation, AllocationId, AllocationRequest, BackendKind, CreateSlice, Engine, EngineError,
+    Event, Layout, LayoutsView, NumaPolicy, ReconcileReport, Slice, SliceId, SliceRequest,
 };
+use crate::pinning::{Pinner, PinningConfig, VmLinks};
 
 /// Result of a service call; errors carry stable machine codes ([`EngineError::code`]).
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// How the service places slices and pins VMs.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceOptions {
+    /// Placement policy for requests without an explicit placement.
+    pub policy: sched::Policy,
+    /// VM pinning through libvirt; `None`: allocations naming a VM are not pinned.
+    pub pinning: Option<PinningConfig>,
+}
+
+impl ServiceOptions {
+    /// The options `vgpud.toml` describes: `[scheduler] policy`, `[libvirt]` and
+    /// `[host] reserved_cpus`. An empty `libvirt.uri` turns pinning off.
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        Ok(Self {
+            policy: policy_named(&config.scheduler.policy)?,
+            pinning: PinningConfig::from_config(config)?,
+        })
+    }
+}
+
+/// The scheduler policy a configuration name stands for (`vgpud`, `best-fit`, `first-fit`,
+/// `spread`).
+pub fn policy_named(name: &str) -> anyhow::Result<sched::Policy> {
+    Ok(match name {
+        "vgpud" => sched::Policy::default(),
+        "best-fit" => sched::Policy::BestFit,
+        "first-fit" => sched::Policy::FirstFit,
+        "spread" => sched::Policy::Spread(sched::SpreadWeights::default()),
+        other => anyhow::bail!(
+            "unknown scheduler policy {other:?}: use vgpud, best-fit, first-fit or spread"
+        ),
+    })
+}
+
+/// One GPU with what the scheduler and telemetry know about it (`GET /v1/gpus/{id}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuDetail {
+    /// The inventory's description of the GPU.
+    #[serde(flatten)]
+    pub gpu: inventory::Gpu,
+    /// `ok`, `degraded` (failed owned slices, discovery warnings) or `unresponsive` (its
+    /// vendor calls time out).
+    pub health: GpuHealth,
+    /// Why the GPU is not `ok`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_reasons: Vec<String>,
+    /// Utilisation and memory from the vendor library, when it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<GpuUtilization>,
+    /// For each slice type the GPU offers, how many more could be handed out now.
+    pub capacity: Vec<SliceCapacity>,
+}
+
+/// A GPU's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuHealth {
+    /// Nothing wrong is known.
+    Ok,
+    /// Usable, with problems (`health_reasons`).
+    Degraded,
+    /// Its vendor library calls do not answer.
+    Unresponsive,
+}
+
+/// Telemetry of one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuUtilization {
+    /// GPU (SM) utilisation, percent.
+    pub gpu_pct: u32,
+    /// Memory copy utilisation, percent.
+    pub memory_copy_pct: u32,
+    /// Framebuffer used, MiB.
+    pub memory_used_mib: u64,
+    /// Framebuffer free, MiB.
+    pub memory_free_mib: u64,
+    /// Temperature, °C.
+    pub temperature_c: u32,
+    /// Power draw, mW.
+    pub power_mw: u32,
+}
+
+/// How many more slices of one type a GPU can hand out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceCapacity {
+    /// The type as requests name it (`3g.40gb`, `nvidia-222`, a vGPU type name, `vf`, `gpu`).
+    #[serde(rename = "type")]
+    pub slice_type: String,
+    /// The mechanism.
+    pub backend: BackendKind,
+    /// Owned slices of the type that are ready and free.
+    pub free: u32,
+    /// Slices of the type that could still be created (each alone, on the GPU as it is now).
+    pub creatable: u32,
+}
+
+/// A dry-run answer: would this host take a request, and how well (`POST /v1/placement-score`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlacementScore {
+    /// Whether the host can take the request now.
+    pub feasible: bool,
+    /// Higher is better; comparable between hosts running the same policy.
+    pub score: f64,
+    /// Expected fragmentation the placement adds, in GPUs.
+    pub fragmentation_added: f64,
+    /// Whether the VM's CPUs and memory would sit on its slices' NUMA node.
+    pub numa_local: bool,
+    /// Free GPU capacity of the host after the placement, in GPUs.
+    pub host_free_after: f64,
+    /// The policy that scored it.
+    pub policy: String,
+    /// Why not, when infeasible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Where the slices would go (GPU and slice per placement), when feasible.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<sched::Placement>,
+    /// Every candidate with its score components, and why other GPUs were left out.
+    pub explanation: Option<sched::Explanation>,
+}
 
 /// The agent's operations, as every front end sees them.
 #[derive(Debug, Clone)]
 pub struct Service {
     engine: Engine,
+    policy: Arc<sched::Policy>,
+    pinner: Option<Arc<Pinner>>,
+    links: Arc<Mutex<VmLinks>>,
 }
 
 impl Service {
-    /// A service over an open engine.
+    /// A service over an open engine, with the default placement policy and no VM pinning.
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        Self::with_options(engine, ServiceOptions::default())
+    }
+
+    /// A service with explicit options.
+    pub fn with_options(engine: Engine, options: ServiceOptions) -> Self {
+        Self {
+            engine,
+            policy: Arc::new(options.policy),
+            pinner: options.pinning.map(|p| Arc::new(Pinner::new(p))),
+            links: Arc::default(),
+        }
+    }
+
+    /// A service as `vgpud.toml` describes it. With `sim`, the host is simulated and libvirt is
+    /// its test driver: a host file with the simulated NUMA nodes, CPUs and memory (and the demo
+    /// VM `vgpud-demo-vm`) is written to `<state_dir>/libvirt-test-host.xml` and opened, so
+    /// pinning is checked against the topology the scheduler sees.
+    pub fn from_config(engine: Engine, config: &Config, sim: bool) -> anyhow::Result<Self> {
+        let mut options = ServiceOptions::from_config(config)?;
+        if sim {
+            let reserved = options
+                .pinning
+                .as_ref()
+                .map(|p| p.reserved_cpus.clone())
+                .unwrap_or_default();
+            let path = engine.state_dir().join("libvirt-test-host.xml");
+            let uri = crate::pinning::write_sim_host(&engine.inventory(), &reserved, &path)?;
+            let mut pinning = options.pinning.unwrap_or_else(|| PinningConfig::new(&uri));
+            pinning.uri = uri;
+            options.pinning = Some(pinning);
+        }
+        Ok(Self::with_options(engine, options))
     }
 
     /// The engine underneath (for the daemon's own housekeeping: reconcile loop, shutdown).
@@ -34,18 +198,24 @@ impl Service {
         &self.engine
     }
 
+    /// The placement policy in force.
+    pub fn policy(&self) -> &sched::Policy {
+        &self.policy
+    }
+
+    /// The libvirt URI VM pinning uses, when pinning is on.
+    pub fn libvirt_uri(&self) -> Option<String> {
+        self.pinner.as_ref().map(|p| p.uri().to_owned())
+    }
+
     /// The host: NUMA nodes, GPUs with their slicing capabilities and slices, PCI functions.
     pub fn host(&self) -> HostInventory {
         self.engine.inventory()
     }
 
-    /// One GPU of the inventory.
-    pub fn gpu(&self, address: PciAddress) -> Result<inventory::Gpu> {
-        self.host()
-            .gpus
-            .into_iter()
-            .find(|g| g.pci_address == address)
-            .ok_or_else(|| EngineError::NotFound(format!("GPU {address}")))
+    /// One GPU with health, utilisation and, per slice type, how many more fit.
+    pub fn gpu(&self, address: PciAddress) -> Result<GpuDetail> {
+        crate::engine::placement::gpu_detail(&self.engine, address)
     }
 
     /// Slices vgpud owns.
@@ -58,7 +228,8 @@ impl Service {
         self.engine.slice(id)
     }
 
-    /// Creates a slice (explicit GPU, type and optional placement).
+    /// Creates a slice on an explicit GPU; without an explicit MIG start slot the scheduler
+    /// chooses it.
     pub fn create_slice(&self, req: CreateSlice) -> Result<Slice> {
         self.engine.create_slice(req)
     }
@@ -68,13 +239,49 @@ impl Service {
         self.engine.destroy_slice(id)
     }
 
-    /// Allocates slices to a consumer (and VM).
+    /// Allocates slices to a consumer. The scheduler chooses GPUs and slots unless the request
+    /// names a GPU. When the request names a VM and pinning is on, the VM's vCPUs and memory are
+    /// pinned next to the slices before the allocation is committed (`pinning` in the answer);
+    /// if that fails, nothing is allocated.
     pub fn allocate(&self, req: AllocationRequest) -> Result<Allocation> {
-        self.engine.allocate(req)
+        let inventory = self.engine.inventory();
+        let vm = match (&self.pinner, &req.vm) {
+            (Some(p), Some(vm)) => Some(p.prepare(vm, &req.request, &inventory)?),
+            _ => None,
+        };
+        let scheduling = Scheduling {
+            policy: (*self.policy).clone(),
+            numa: vm.as_ref().map(|v| v.numa_states()),
+            pin_cpus: vm.as_ref().is_some_and(|v| v.pins_cpus()),
+            vcpus: vm.as_ref().map(|v| v.vcpus()),
+            memory_mib: vm.as_ref().map(|v| v.memory_mib()),
+            ..Scheduling::default()
+        };
+        match (&self.pinner, vm) {
+            (Some(pinner), Some(vm)) => {
+                let engine = self.engine.clone();
+                let mut finish = |a: &Allocation| {
+                    let slices = a
+                        .slices
+                        .iter()
+                        .map(|id| engine.slice(*id))
+                        .collect::<Result<Vec<_>>>()?;
+                    pinner.apply(&vm, a, &slices).map(Some)
+                };
+                self.engine
+                    .allocate_with(req, &scheduling, Some(&mut finish))
+            }
+            _ => self.engine.allocate_with(req, &scheduling, None),
+        }
     }
 
-    /// Releases an allocation.
+    /// Releases an allocation: its VM pinning first (restoring the domain as it was), then the
+    /// slices. libvirt down: `libvirt_unavailable` and nothing released.
     pub fn release(&self, id: AllocationId) -> Result<()> {
+        let alloc = self.engine.allocation(id)?;
+        if let (Some(pinner), Some(pinning)) = (&self.pinner, &alloc.pinning) {
+            pinner.release(&pinning.domain, id)?;
+        }
         self.engine.release(id)
     }
 
@@ -88,6 +295,23 @@ impl Service {
         self.engine.allocation(id)
     }
 
+    /// Would this host take the request, with what score (a dry run: nothing changes).
+    pub fn placement_score(&self, request: SliceRequest) -> Result<PlacementScore> {
+        let numa = self.numa_for(&request)?;
+        crate::engine::placement::score(&self.engine, &request, &self.scheduling(numa))
+    }
+
+    /// For a request that does not fit now, the cheapest re-layout of idle slices (or, with
+    /// `allow_busy`, of VMs' slices too) that would make it fit.
+    pub fn defrag_advice(
+        &self,
+        request: SliceRequest,
+        allow_busy: bool,
+    ) -> Result<sched::DefragAdvice> {
+        let numa = self.numa_for(&request)?;
+        crate::engine::placement::defrag(&self.engine, &request, &self.scheduling(numa), allow_busy)
+    }
+
     /// Declared layouts with their apply status per GPU.
     pub fn layouts(&self) -> LayoutsView {
         self.engine.layouts()
@@ -98,13 +322,64 @@ impl Service {
         self.engine.set_layouts(layouts)
     }
 
-    /// Brings the host in line with the desired state.
+    /// Brings the host in line with the desired state, then rebuilds the allocation ↔ VM links
+    /// from the libvirt domains' records: domains that name allocations or slices that no longer
+    /// exist are reported (`stale_vm_links` and a `stale_vm_link` event each). libvirt down is
+    /// not an error here: the links are rebuilt on the next pass.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
-        self.engine.reconcile()
+        let mut report = self.engine.reconcile()?;
+        if let Some(pinner) = &self.pinner {
+            match pinner.scan(&self.engine.allocations(), &self.engine.slices()) {
+                Ok(links) => {
+                    for stale in &links.stale {
+                        self.engine.emit(Event::StaleVmLink {
+                            domain: stale.domain.clone(),
+                            allocation: stale.allocation.clone(),
+                            reason: stale.reason.clone(),
+                        });
+                    }
+                    report.stale_vm_links = links.stale.clone();
+                    *self.links.lock().unwrap_or_else(PoisonError::into_inner) = links;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %sysfs::error_chain(&e), "cannot rebuild VM links; retried on the next reconcile");
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// The allocation ↔ VM links found by the last reconcile.
+    pub fn vm_links(&self) -> VmLinks {
+        self.links
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Slice, allocation, drift, layout and health events.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.engine.subscribe()
+    }
+
+    /// NUMA room for a dry run: from libvirt's pins when pinning is on and libvirt answers,
+    /// else from the inventory.
+    fn numa_for(&self, request: &SliceRequest) -> Result<Option<Vec<sched::NumaState>>> {
+        let Some(pinner) = &self.pinner else {
+            return Ok(None);
+        };
+        if request.numa() == NumaPolicy::None {
+            return Ok(None);
+        }
+        pinner.free_numa(&self.engine.inventory(), None).map(Some)
+    }
+
+    fn scheduling(&self, numa: Option<Vec<sched::NumaState>>) -> Scheduling {
+        Scheduling {
+            policy: (*self.policy).clone(),
+            pin_cpus: numa.is_some(),
+            numa,
+            ..Scheduling::default()
+        }
     }
 }

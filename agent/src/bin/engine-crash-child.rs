@@ -129,6 +129,9 @@ fn step(engine: &Engine, ops: &Ops, rng: &mut Rng, out: &mut impl Write) -> Opti
                         count: 1,
                         gpu: gpu.and_then(|g| g.parse().ok()),
                         idempotency_key: None,
+                        numa_policy: None,
+                        vcpus: None,
+                        memory_mib: None,
                     },
                 })
                 .ok()?;

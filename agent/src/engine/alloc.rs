@@ -10,19 +10,37 @@ use ids::PciAddress;
 use super::backend::{Observed, backend};
 use super::error::{EngineError, Result};
 use super::events::Event;
-use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec};
+use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec, VmPinning};
 use super::ops::check_text;
+use super::placement::Scheduling;
 use super::resolve::candidates;
 use super::state::now;
 use super::{Engine, lock};
+
+/// The last step of an allocation before it is committed: returns the VM pinning to record.
+pub type Finish<'a> = dyn FnMut(&Allocation) -> Result<Option<VmPinning>> + 'a;
 
 /// Most slices one allocation may hold.
 pub const MAX_COUNT: u32 = 64;
 
 impl Engine {
     /// Allocates `count` slices of a type to a consumer: all or none. With an idempotency key, a
-    /// retry (same consumer, same key) returns the allocation the first attempt made.
+    /// retry (same consumer, same key) returns the allocation the first attempt made. The
+    /// scheduler places the slices with the default policy.
     pub fn allocate(&self, req: AllocationRequest) -> Result<Allocation> {
+        self.allocate_with(req, &Scheduling::default(), None)
+    }
+
+    /// Allocates with an explicit placement policy and VM demands. `finish`, when given, runs
+    /// once the slices are gathered and before the allocation is committed (VM pinning): its
+    /// answer is recorded in the allocation, and its failure undoes the allocation (slices made
+    /// for it are destroyed, reused ones stay free).
+    pub fn allocate_with(
+        &self,
+        req: AllocationRequest,
+        scheduling: &Scheduling,
+        finish: Option<&mut Finish<'_>>,
+    ) -> Result<Allocation> {
         check_request(&req)?;
         let r = &req.request;
         let _key = r
@@ -35,8 +53,8 @@ impl Engine {
         let specs = candidates(self.host(), &r.slice_type, r.gpu)?;
         let mut picked = Vec::new();
         let mut created = Vec::new();
-        let gathered = self.gather(&specs, r.count, &mut picked, &mut created);
-        let alloc = Allocation {
+        let gathered = self.gather_scheduled(&req, &specs, scheduling, &mut picked, &mut created);
+        let mut alloc = Allocation {
             id: AllocationId::new_random(),
             consumer: req.consumer.clone(),
             vm: req.vm.clone(),
@@ -44,9 +62,14 @@ impl Engine {
             slice_type: Some(r.slice_type.trim().to_owned()),
             idempotency_key: r.idempotency_key.clone(),
             created: now(),
+            pinning: None,
         };
+        let finished = gathered.and_then(|()| match finish {
+            Some(f) => f(&alloc).map(|p| alloc.pinning = p),
+            None => Ok(()),
+        });
         let written =
-            gathered.and_then(|()| self.write(|d| d.allocations.insert(alloc.id, alloc.clone())));
+            finished.and_then(|()| self.write(|d| d.allocations.insert(alloc.id, alloc.clone())));
         lock(&self.inner.claims).retain(|s| !picked.contains(s));
         if let Err(e) = written {
             self.destroy_unused(&created);
@@ -87,8 +110,9 @@ impl Engine {
         }
     }
 
-    /// Claims free slices, then creates what is missing; on failure the caller undoes.
-    fn gather(
+    /// Claims free slices, then creates what is missing, in first-fit order (continuing after
+    /// what `picked` already holds); on failure the caller undoes.
+    pub(crate) fn gather(
         &self,
         specs: &[SliceSpec],
         count: u32,

@@ -61,6 +61,9 @@ pub enum EngineError {
     /// The state store failed.
     #[error("the state store failed")]
     Store(#[from] store::StoreError),
+    /// libvirt cannot be reached (libvirtd down or restarting); nothing was changed.
+    #[error("libvirt is unavailable: {0}")]
+    LibvirtUnavailable(String),
 }
 
 impl EngineError {
@@ -76,6 +79,7 @@ impl EngineError {
             EngineError::Host { .. } => "host_error",
             EngineError::Timeout { .. } => "timeout",
             EngineError::Store(_) => "store_error",
+            EngineError::LibvirtUnavailable(_) => "libvirt_unavailable",
         }
     }
 

@@ -65,6 +65,16 @@ pub enum Event {
         /// Why, when not applied.
         reasons: Vec<String>,
     },
+    /// A libvirt domain records vgpud pinning for an allocation, or slices of one, that no
+    /// longer exist (found when links are rebuilt after a restart; left for the operator).
+    StaleVmLink {
+        /// The domain.
+        domain: String,
+        /// The allocation id the domain records.
+        allocation: String,
+        /// What no longer exists.
+        reason: String,
+    },
     /// A reconcile pass finished.
     ReconcileDone {
         /// Owned slices re-created.

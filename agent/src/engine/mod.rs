@@ -25,6 +25,7 @@ mod ops;
 pub mod placement;
 mod reconcile;
 mod resolve;
+mod snapshot;
 mod state;
 mod vendor;
 mod vfs;
@@ -39,11 +40,12 @@ use ids::PciAddress;
 use inventory::HostAccess;
 use tokio::sync::broadcast;
 
+pub use alloc::Finish;
 pub use error::{EngineError, Result};
 pub use events::Event;
 pub use layout::{GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView};
 pub use model::*;
-pub use reconcile::ReconcileReport;
+pub use reconcile::{ReconcileReport, StaleVmLink};
 
 /// Where the desired state lives unless configured otherwise.
 pub const DEFAULT_STATE_DIR: &str = store::DEFAULT_DIR;
@@ -149,7 +151,7 @@ impl Engine {
         &self.inner.host
     }
 
-    fn emit(&self, event: Event) {
+    pub(crate) fn emit(&self, event: Event) {
         tracing::debug!(?event, "engine event");
         // No subscriber is fine.
         let _ = self.inner.events.send(event);

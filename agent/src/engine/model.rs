@@ -336,6 +336,114 @@ pub struct SliceRequest {
     /// A retry with the same key (and consumer) returns the same allocation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// How hard the VM's CPUs and memory must sit on the slices' NUMA node; `preferred` when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_policy: Option<NumaPolicy>,
+    /// The VM's vCPUs (default: what its libvirt domain says, else none to place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    /// The VM's memory in MiB (default: what its libvirt domain says, else none to place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+}
+
+impl SliceRequest {
+    /// A request for `count` slices of a type, anywhere, with no VM demands.
+    pub fn new(slice_type: impl Into<String>, count: u32) -> Self {
+        Self {
+            slice_type: slice_type.into(),
+            count,
+            gpu: None,
+            idempotency_key: None,
+            numa_policy: None,
+            vcpus: None,
+            memory_mib: None,
+        }
+    }
+
+    /// The NUMA policy, with its default.
+    pub fn numa(&self) -> NumaPolicy {
+        self.numa_policy.unwrap_or_default()
+    }
+}
+
+/// Where a VM's CPUs and memory go relative to its slices' NUMA node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaPolicy {
+    /// On the slices' node, or the request is refused (nothing allocated).
+    Required,
+    /// On the slices' node when it has room, elsewhere otherwise (the pinning says so).
+    #[default]
+    Preferred,
+    /// No pinning: the VM's devices only.
+    None,
+}
+
+impl NumaPolicy {
+    /// The snake-case name used in JSON and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NumaPolicy::Required => "required",
+            NumaPolicy::Preferred => "preferred",
+            NumaPolicy::None => "none",
+        }
+    }
+}
+
+/// One vCPU pinned to one host CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VcpuPin {
+    /// The guest vCPU number.
+    pub vcpu: u32,
+    /// The host CPU.
+    pub cpu: u32,
+}
+
+/// The memory binding applied to a VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPin {
+    /// libvirt's `<numatune><memory mode>`: `strict`, `preferred`, `interleave`, `restrictive`.
+    pub mode: String,
+    /// Host NUMA nodes, as a list (`1`, `0-1`).
+    pub nodes: String,
+}
+
+/// A guest NUMA cell and the host node it mirrors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestCellPin {
+    /// Guest cell id.
+    pub cell: u32,
+    /// Host NUMA node.
+    pub host_node: NumaNodeId,
+}
+
+/// What VM pinning did for an allocation (`pinning` in the allocation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmPinning {
+    /// The libvirt domain.
+    pub domain: String,
+    /// The NUMA policy it was planned under.
+    pub policy: NumaPolicy,
+    /// vCPU → host CPU (empty under policy `none`).
+    pub vcpus: Vec<VcpuPin>,
+    /// CPUs of the emulator threads, as a list (`8-11`); empty when unpinned.
+    pub emulator_cpus: String,
+    /// The memory binding, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryPin>,
+    /// Guest NUMA cells, when the slices sit on several host nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guest_cells: Vec<GuestCellPin>,
+    /// The managed part of the domain's persistent definition after the change.
+    pub xml_fragment: String,
+    /// What takes effect only when the guest is next started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart_needed: Vec<String>,
+    /// Where policy `preferred` had to give up locality, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compromises: Vec<String>,
 }
 
 fn one() -> u32 {
@@ -375,6 +483,9 @@ pub struct Allocation {
     pub idempotency_key: Option<String>,
     /// When it was made, seconds since the Unix epoch.
     pub created: u64,
+    /// The VM pinning applied for it (filled in by the service; the engine never stores it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<VmPinning>,
 }
 
 #[cfg(test)]

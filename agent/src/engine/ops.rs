@@ -71,6 +71,7 @@ impl Engine {
                 slice_type: None,
                 idempotency_key: None,
                 created: now(),
+                pinning: None,
             };
             let written = self.write(|d| d.allocations.insert(alloc.id, alloc.clone()));
             lock(&self.inner.claims).remove(&entry.id);

@@ -34,6 +34,21 @@ pub struct ReconcileReport {
     pub foreign: Vec<String>,
     /// Layout status per GPU.
     pub layouts: Vec<GpuLayoutStatus>,
+    /// libvirt domains whose vgpud records name allocations or slices that no longer exist
+    /// (filled in by the service after it rebuilt the VM links; empty without libvirt).
+    #[serde(default)]
+    pub stale_vm_links: Vec<StaleVmLink>,
+}
+
+/// A domain's record of an allocation that does not match the engine's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleVmLink {
+    /// The libvirt domain.
+    pub domain: String,
+    /// The allocation id recorded in the domain.
+    pub allocation: String,
+    /// What no longer exists.
+    pub reason: String,
 }
 
 /// Re-creation order: whole GPUs and VFs, then what lives on VFs and MIG, then mdevs.

@@ -66,6 +66,9 @@ pub fn request(consumer: &str, t: &str, gpu: Option<&str>) -> AllocationRequest 
             count: 1,
             gpu: gpu.map(addr),
             idempotency_key: None,
+            numa_policy: None,
+            vcpus: None,
+            memory_mib: None,
         },
     }
 }

@@ -9,7 +9,7 @@ use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
-use crate::engine::placement::{choose_mig_start, overlaps};
+use crate::engine::placement::{choose_mig_start, choose_mig_start_scheduled, overlaps};
 
 pub(crate) struct MigBackend;
 
@@ -90,6 +90,61 @@ fn mig_sizes(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// The start slot the scheduler gives a new instance of `name`, from the GPU's whole geometry
+/// and what it carries (instances on the host and owned identities the host lost).
+fn scheduled_start(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    name: &MigProfileName,
+    reserved: &[Identity],
+    allowed: &[Placement],
+) -> Result<Option<u32>> {
+    let profiles = host
+        .nvml()?
+        .gpu_instance_profiles(index)
+        .map_err(|e| host.nvml_err(format!("cannot list MIG profiles of {gpu}"), gpu, e))?;
+    let mut shapes = Vec::new();
+    for p in &profiles {
+        let pl = placements(host, gpu, index, p.id)?;
+        let (Some(size), Ok(compute), Ok(max)) = (
+            pl.first().and_then(|x| u8::try_from(x.size).ok()),
+            u8::try_from(p.slice_count),
+            u8::try_from(p.instance_count),
+        ) else {
+            continue;
+        };
+        shapes.push(sched::MigShape {
+            name: p.name.clone(),
+            compute_slices: compute,
+            memory_slices: size,
+            starts: pl
+                .iter()
+                .filter_map(|x| u8::try_from(x.start).ok())
+                .collect(),
+            max_count: max,
+            memory_mib: p.memory_mib,
+        });
+    }
+    shapes.sort_by_key(|s| (s.memory_slices, s.compute_slices, s.memory_mib));
+    let mut taken: Vec<(MigProfileName, u32)> = instances(host, gpu, index)?
+        .iter()
+        .filter_map(|g| {
+            let p = profiles.iter().find(|p| p.id == g.profile_id)?;
+            Some((p.name.clone(), g.placement.start))
+        })
+        .collect();
+    for id in reserved {
+        if let Identity::Mig { start, profile } = id
+            && !taken.iter().any(|(_, s)| s == start)
+        {
+            taken.push((profile.clone(), *start));
+        }
+    }
+    let geometry = sched::MigGeometry { profiles: shapes };
+    Ok(choose_mig_start_scheduled(&geometry, &taken, name, allowed))
 }
 
 fn spec_parts(spec: &SliceSpec) -> Result<(&MigProfileName, Option<u32>)> {
@@ -211,7 +266,10 @@ impl Backend for MigBackend {
                     }
                 }
             }
-            None => choose_mig_start(&allowed, &occupied),
+            None => scheduled_start(host, spec.gpu, index, name, reserved, &allowed)?
+                .and_then(|s| allowed.iter().find(|p| p.start == s).copied())
+                .filter(|p| occupied.iter().all(|o| !overlaps(p, o)))
+                .or_else(|| choose_mig_start(&allowed, &occupied)),
         };
         let p = chosen.ok_or_else(|| {
             EngineError::NoCapacity(format!("GPU {} has no free placement for {name}", spec.gpu))

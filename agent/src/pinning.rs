@@ -1,0 +1,569 @@
+//! VM pinning for allocations that name a libvirt domain: the service's use of `vmpin`.
+//!
+//! Before an allocation is gathered, [`Pinner::prepare`] reads the domain (vCPUs, memory, the
+//! allocations already recorded in it) and the host's free CPUs and memory per NUMA node from
+//! every domain's pins, which the scheduler uses to keep the VM local. Once the slices exist,
+//! [`Pinner::apply`] plans the pinning against the same accounting and writes it to the domain;
+//! the engine commits the allocation only after that succeeded. [`Pinner::release`] undoes it
+//! before the slices are released, and [`Pinner::scan`] rebuilds the allocation ↔ domain links
+//! after a restart.
+//!
+//! This module must not decide placements (the scheduler does) or keep state of its own beyond
+//! the connection: what was applied lives in the domain's metadata and in the allocation.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use anyhow::Context;
+use ids::NumaNodeId;
+use inventory::HostInventory;
+use numa::CpuSet;
+use serde::{Deserialize, Serialize};
+use vmpin::{
+    DomainInfo, HostNode, HostTopology, Hypervisor, MemoryMode, NumaAccounting, PinPlan,
+    PinRequest, PlanOptions, SliceDevice, VmpinError,
+};
+
+use crate::config::Config;
+use crate::engine::{
+    Allocation, AllocationId, EngineError, GuestCellPin, MemoryPin, NumaPolicy, Slice,
+    SliceRequest, StaleVmLink, VcpuPin, VmPinning,
+};
+
+type Result<T> = std::result::Result<T, EngineError>;
+
+/// How VMs are pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinningConfig {
+    /// libvirt URI (`qemu:///system`, `test:///default`, `test:///abs/host.xml`).
+    pub uri: String,
+    /// CPUs never given to VMs.
+    pub reserved_cpus: CpuSet,
+    /// `<numatune>` memory mode.
+    pub memory_mode: MemoryMode,
+    /// Show the slices' locality to guests (guest NUMA cells, `pcie-expander-bus`).
+    pub guest_numa: bool,
+}
+
+impl PinningConfig {
+    /// Pinning through `uri` with the defaults (strict memory, no reserved CPUs).
+    pub fn new(uri: &str) -> Self {
+        Self {
+            uri: uri.to_owned(),
+            reserved_cpus: CpuSet::default(),
+            memory_mode: MemoryMode::Strict,
+            guest_numa: false,
+        }
+    }
+
+    /// `[libvirt]` and `[host] reserved_cpus`; `None` when `libvirt.uri` is empty.
+    pub fn from_config(config: &Config) -> anyhow::Result<Option<Self>> {
+        if config.libvirt.uri.trim().is_empty() {
+            return Ok(None);
+        }
+        let reserved = config
+            .host
+            .reserved_cpus
+            .parse::<CpuSet>()
+            .context("host.reserved_cpus")?;
+        let memory_mode = MemoryMode::parse(&config.libvirt.memory_mode).ok_or_else(|| {
+            anyhow::anyhow!(
+                "libvirt.memory_mode {:?} is not a memory mode",
+                config.libvirt.memory_mode
+            )
+        })?;
+        Ok(Some(Self {
+            uri: config.libvirt.uri.clone(),
+            reserved_cpus: reserved,
+            memory_mode,
+            guest_numa: config.libvirt.guest_numa,
+        }))
+    }
+}
+
+/// The allocation ↔ VM links found in the domains' records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmLinks {
+    /// Records that match an allocation of the engine.
+    pub links: Vec<VmLink>,
+    /// Records that name allocations or slices that no longer exist.
+    pub stale: Vec<StaleVmLink>,
+    /// Domains whose records could not be read, and allocations whose domain lost its record.
+    pub problems: Vec<String>,
+}
+
+/// One allocation pinned in one domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmLink {
+    /// The domain.
+    pub domain: String,
+    /// The allocation.
+    pub allocation: AllocationId,
+    /// Whether the domain is running.
+    pub active: bool,
+}
+
+/// What [`Pinner::prepare`] learned about a VM, for the scheduler and the plan.
+#[derive(Debug)]
+pub(crate) struct VmContext {
+    hv: Arc<Hypervisor>,
+    domain: DomainInfo,
+    policy: NumaPolicy,
+    vcpus: u32,
+    memory_kib: u64,
+    topology: HostTopology,
+    accounting: NumaAccounting,
+    /// Slices of allocations already recorded in the domain (the plan covers them too).
+    earlier: Vec<vmpin::Slice>,
+}
+
+impl VmContext {
+    /// Free CPUs and memory per node as the scheduler takes them.
+    pub(crate) fn numa_states(&self) -> Vec<sched::NumaState> {
+        numa_states(&self.accounting)
+    }
+
+    /// Whether vCPUs are pinned (policy other than `none`).
+    pub(crate) fn pins_cpus(&self) -> bool {
+        self.policy != NumaPolicy::None
+    }
+
+    /// The VM's vCPUs.
+    pub(crate) fn vcpus(&self) -> u32 {
+        self.vcpus
+    }
+
+    /// The VM's memory, MiB.
+    pub(crate) fn memory_mib(&self) -> u64 {
+        self.memory_kib.div_ceil(1024)
+    }
+}
+
+/// The libvirt side of the service: a lazily opened connection and the pinning settings.
+#[derive(Debug)]
+pub(crate) struct Pinner {
+    config: PinningConfig,
+    hv: Mutex<Option<Arc<Hypervisor>>>,
+}
+
+impl Pinner {
+    pub(crate) fn new(config: PinningConfig) -> Self {
+        Self {
+            config,
+            hv: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn uri(&self) -> &str {
+        &self.config.uri
+    }
+
+    /// The connection, opened on first use: a libvirtd that is down when the agent starts does
+    /// not stop it, and pinning works once libvirtd is back (`Hypervisor` reconnects itself).
+    fn hv(&self) -> Result<Arc<Hypervisor>> {
+        let mut guard = self.hv.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(hv) = guard.as_ref() {
+            return Ok(hv.clone());
+        }
+        let hv = Arc::new(Hypervisor::open(&self.config.uri).map_err(vmpin_error)?);
+        *guard = Some(hv.clone());
+        Ok(hv)
+    }
+
+    /// The host as planning sees it: libvirt's NUMA cells, else the cells of a vgpud test-host
+    /// file, else the inventory's nodes; with the configured reserved CPUs.
+    fn topology(&self, hv: &Hypervisor, inventory: &HostInventory) -> Result<HostTopology> {
+        let mut topology = match hv.host_topology().map_err(vmpin_error)? {
+            Some(t) => t,
+            None => match test_host_file(&self.config.uri) {
+                Some(path) => vmpin::testhost::read_topology(path).map_err(vmpin_error)?,
+                None => topology_of(inventory, &CpuSet::default())?,
+            },
+        };
+        topology.reserved_cpus = CpuSet::from_cpus(
+            topology
+                .reserved_cpus
+                .iter()
+                .chain(self.config.reserved_cpus.iter()),
+        );
+        Ok(topology)
+    }
+
+    /// Free CPUs and memory per node given every domain's pins except `skip`'s own.
+    pub(crate) fn free_numa(
+        &self,
+        inventory: &HostInventory,
+        skip: Option<&str>,
+    ) -> Result<Vec<sched::NumaState>> {
+        let hv = self.hv()?;
+        let topology = self.topology(&hv, inventory)?;
+        let usage = hv.usage().map_err(vmpin_error)?;
+        let accounting = match skip {
+            Some(domain) => NumaAccounting::for_domain(&topology, &usage, domain),
+            None => NumaAccounting::new(&topology, &usage),
+        };
+        Ok(numa_states(&accounting))
+    }
+
+    /// Reads what planning needs about `vm` before anything is allocated. A VM that is not a
+    /// domain is `not_found`; libvirt down is `libvirt_unavailable`.
+    pub(crate) fn prepare(
+        &self,
+        vm: &str,
+        request: &SliceRequest,
+        inventory: &HostInventory,
+    ) -> Result<VmContext> {
+        let hv = self.hv()?;
+        let domain = hv.domain_info(vm).map_err(vmpin_error)?;
+        if !domain.persistent {
+            return Err(vmpin_error(VmpinError::Transient(vm.to_owned())));
+        }
+        let topology = self.topology(&hv, inventory)?;
+        let usage = hv.usage().map_err(vmpin_error)?;
+        let accounting = NumaAccounting::for_domain(&topology, &usage, vm);
+        let earlier = hv
+            .allocations(vm)
+            .map_err(vmpin_error)?
+            .into_iter()
+            .flat_map(|r| r.slices)
+            .collect();
+        Ok(VmContext {
+            policy: request.numa(),
+            vcpus: request.vcpus.unwrap_or(domain.vcpus),
+            memory_kib: request
+                .memory_mib
+                .map_or(domain.memory_kib, |m| m.saturating_mul(1024)),
+            hv,
+            domain,
+            topology,
+            accounting,
+            earlier,
+        })
+    }
+
+    /// Plans and applies the pinning of a gathered allocation. Under `required` a VM that
+    /// cannot be local is `no_capacity` with the node and what is missing.
+    pub(crate) fn apply(
+        &self,
+        vm: &VmContext,
+        alloc: &Allocation,
+        slices: &[Slice],
+    ) -> Result<VmPinning> {
+        let (planned, devices) = self.vm_slices(vm, slices);
+        let mut all = vm.earlier.clone();
+        all.extend(planned);
+        let request = PinRequest {
+            slices: all,
+            vcpus: vm.vcpus,
+            memory_kib: vm.memory_kib,
+            policy: match vm.policy {
+                NumaPolicy::Required => vmpin::Policy::Required,
+                NumaPolicy::Preferred => vmpin::Policy::Preferred,
+                NumaPolicy::None => vmpin::Policy::None,
+            },
+            options: PlanOptions {
+                memory_mode: self.config.memory_mode,
+                guest_numa: self.config.guest_numa,
+                expander_bus: self.config.guest_numa,
+                dedicated_emulator_cpus: 0,
+            },
+        };
+        let plan = vm.accounting.plan(&request).map_err(|r| {
+            EngineError::NoCapacity(format!(
+                "VM {} cannot be placed under NUMA policy {}: {r}",
+                vm.domain.name,
+                vm.policy.as_str()
+            ))
+        })?;
+        let report = vm
+            .hv
+            .apply(&vm.domain.name, &alloc.id.to_string(), &devices, &plan)
+            .map_err(vmpin_error)?;
+        tracing::info!(allocation = %alloc.id, domain = %vm.domain.name, live = report.active, "VM pinned");
+        Ok(pinning_of(&vm.domain.name, vm.policy, &plan, report))
+    }
+
+    /// The slices as planning sees them (every slice, with its node) and as devices for the
+    /// domain (MIG instances have no device of their own: a vGPU on top of them is the device).
+    fn vm_slices(
+        &self,
+        vm: &VmContext,
+        slices: &[Slice],
+    ) -> (Vec<vmpin::Slice>, Vec<vmpin::Slice>) {
+        let fallback = vm.topology.nodes.first().map_or(NumaNodeId(0), |n| n.id);
+        let mut planned = Vec::new();
+        let mut devices = Vec::new();
+        for s in slices {
+            let node = s.numa_node.unwrap_or(fallback);
+            let device = match (&s.handles.mdev_uuid, s.handles.pci_address) {
+                (Some(uuid), _) => Some(SliceDevice::Mdev { uuid: *uuid }),
+                // The agent bound the function to vfio-pci itself.
+                (None, Some(address)) => Some(SliceDevice::Pci {
+                    address,
+                    managed: false,
+                }),
+                (None, None) => None,
+            };
+            let planning_device = device.clone().unwrap_or(SliceDevice::Pci {
+                address: s.spec.gpu,
+                managed: false,
+            });
+            planned.push(vmpin::Slice {
+                device: planning_device,
+                node,
+            });
+            if let Some(device) = device {
+                devices.push(vmpin::Slice { device, node });
+            }
+        }
+        (planned, devices)
+    }
+
+    /// Undoes an allocation's pinning. A domain or record that is already gone is fine; libvirt
+    /// down is `libvirt_unavailable`.
+    pub(crate) fn release(&self, domain: &str, id: AllocationId) -> Result<()> {
+        let hv = self.hv()?;
+        match hv.release(domain, &id.to_string()) {
+            Ok(report) => {
+                tracing::info!(allocation = %id, domain, restart_needed = ?report.restart_needed, "VM pinning released");
+                Ok(())
+            }
+            Err(VmpinError::AllocationNotFound { .. } | VmpinError::NoDomain(_)) => {
+                tracing::warn!(allocation = %id, domain, "the domain no longer records the allocation's pinning");
+                Ok(())
+            }
+            Err(e) => Err(vmpin_error(e)),
+        }
+    }
+
+    /// Rebuilds the links from every domain's records and checks them against the engine's
+    /// allocations and slices.
+    pub(crate) fn scan(&self, allocations: &[Allocation], slices: &[Slice]) -> Result<VmLinks> {
+        let hv = self.hv()?;
+        let domains = hv.scan().map_err(vmpin_error)?;
+        let mut links = VmLinks::default();
+        for d in &domains {
+            if let Some(problem) = &d.problem {
+                links
+                    .problems
+                    .push(format!("domain {}: {problem}", d.domain));
+            }
+            for record in &d.allocations {
+                match check_record(&d.domain, record, allocations, slices) {
+                    Ok(allocation) => links.links.push(VmLink {
+                        domain: d.domain.clone(),
+                        allocation,
+                        active: d.active,
+                    }),
+                    Err(reason) => links.stale.push(StaleVmLink {
+                        domain: d.domain.clone(),
+                        allocation: record.id.clone(),
+                        reason,
+                    }),
+                }
+            }
+        }
+        for a in allocations {
+            let Some(p) = &a.pinning else { continue };
+            if !links.links.iter().any(|l| l.allocation == a.id) {
+                links.problems.push(format!(
+                    "allocation {} was pinned in domain {}, which no longer records it",
+                    a.id, p.domain
+                ));
+            }
+        }
+        for s in &links.stale {
+            tracing::warn!(domain = %s.domain, allocation = %s.allocation, reason = %s.reason, "stale VM link");
+        }
+        Ok(links)
+    }
+}
+
+/// Whether a domain's record matches an allocation, or why not.
+fn check_record(
+    domain: &str,
+    record: &vmpin::AllocationRecord,
+    allocations: &[Allocation],
+    slices: &[Slice],
+) -> std::result::Result<AllocationId, String> {
+    let id: AllocationId = record
+        .id
+        .parse()
+        .map_err(|_| format!("{:?} is not an allocation id of vgpud", record.id))?;
+    let alloc = allocations
+        .iter()
+        .find(|a| a.id == id)
+        .ok_or_else(|| format!("allocation {id} no longer exists"))?;
+    if alloc.vm.as_deref() != Some(domain) {
+        return Err(format!(
+            "allocation {id} belongs to VM {:?}, not to this domain",
+            alloc.vm.as_deref().unwrap_or("(none)")
+        ));
+    }
+    let held: Vec<&Slice> = slices
+        .iter()
+        .filter(|s| alloc.slices.contains(&s.id))
+        .collect();
+    for s in &record.slices {
+        let present = held.iter().any(|h| match &s.device {
+            SliceDevice::Mdev { uuid } => h.handles.mdev_uuid.as_ref() == Some(uuid),
+            SliceDevice::Pci { address, .. } => h.handles.pci_address == Some(*address),
+        });
+        if !present {
+            return Err(format!(
+                "{} of allocation {id} is no longer one of its slices",
+                s.device
+            ));
+        }
+    }
+    Ok(id)
+}
+
+fn numa_states(accounting: &NumaAccounting) -> Vec<sched::NumaState> {
+    accounting
+        .nodes()
+        .iter()
+        .map(|n| sched::NumaState {
+            node: n.node,
+            free_cpus: n.free_cpus.iter().collect(),
+            free_cpu_milli: None,
+            free_memory_mib: n.free_memory_mib,
+        })
+        .collect()
+}
+
+fn pinning_of(
+    domain: &str,
+    policy: NumaPolicy,
+    plan: &PinPlan,
+    report: vmpin::ApplyReport,
+) -> VmPinning {
+    let mut restart_needed = report.restart_needed;
+    restart_needed.extend(
+        report
+            .live
+            .iter()
+            .filter_map(|l| l.error.as_ref().map(|e| format!("{}: {e}", l.what))),
+    );
+    restart_needed.dedup();
+    VmPinning {
+        domain: domain.to_owned(),
+        policy,
+        vcpus: (0u32..)
+            .zip(&plan.vcpu_pins)
+            .map(|(vcpu, cpu)| VcpuPin { vcpu, cpu: *cpu })
+            .collect(),
+        emulator_cpus: plan.emulator_cpus.to_string(),
+        memory: plan.memory.as_ref().map(|m| MemoryPin {
+            mode: m.mode.as_str().to_owned(),
+            nodes: m.nodeset(),
+        }),
+        guest_cells: plan
+            .guest_cells
+            .iter()
+            .map(|c| GuestCellPin {
+                cell: c.id,
+                host_node: c.host_node,
+            })
+            .collect(),
+        xml_fragment: report.fragment,
+        restart_needed,
+        compromises: plan.compromises.clone(),
+    }
+}
+
+/// The file behind a `test:///abs/path` URI (not `test:///default`).
+fn test_host_file(uri: &str) -> Option<&Path> {
+    let path = uri.strip_prefix("test://")?;
+    (path != "/default" && path.starts_with('/')).then(|| Path::new(path))
+}
+
+/// The inventory's NUMA nodes as planning sees them.
+fn topology_of(inventory: &HostInventory, reserved: &CpuSet) -> Result<HostTopology> {
+    let mut nodes = Vec::new();
+    for n in &inventory.numa_nodes {
+        let cpus = n.cpus.parse::<CpuSet>().map_err(|e| {
+            EngineError::host(
+                format!("NUMA node {} has an unusable CPU list {:?}", n.id, n.cpus),
+                None,
+                Box::new(e),
+            )
+        })?;
+        nodes.push(HostNode {
+            id: n.id,
+            cpus,
+            memory_mib: n.memory_mib,
+        });
+    }
+    nodes.sort_by_key(|n| n.id);
+    Ok(HostTopology {
+        nodes,
+        reserved_cpus: reserved.clone(),
+    })
+}
+
+/// Writes a libvirt test-driver host file for a (simulated) host: its NUMA nodes, CPUs and
+/// memory, its GPUs as PCI node devices, and the demo VM; returns the `test:///` URI.
+pub fn write_sim_host(
+    inventory: &HostInventory,
+    reserved: &CpuSet,
+    path: &Path,
+) -> anyhow::Result<String> {
+    let topology = topology_of(inventory, reserved).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let gpus: Vec<vmpin::testhost::TestGpu> = inventory
+        .gpus
+        .iter()
+        .map(|g| vmpin::testhost::TestGpu {
+            address: g.pci_address,
+            node: g.numa_node.unwrap_or(NumaNodeId(0)),
+            vendor_id: hex16(&g.vendor_id),
+            device_id: hex16(&g.device_id),
+            product: g.model.clone(),
+        })
+        .collect();
+    let path = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    Ok(vmpin::testhost::write_host_file(
+        &path, &topology, &gpus, true,
+    )?)
+}
+
+fn hex16(s: &str) -> u16 {
+    u16::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0)
+}
+
+/// Maps a pinning failure to the engine's error codes.
+pub(crate) fn vmpin_error(e: VmpinError) -> EngineError {
+    let text = sysfs::error_chain(&e);
+    match e {
+        VmpinError::Connect { .. } => EngineError::LibvirtUnavailable(text),
+        VmpinError::Libvirt { ref source, .. } if broken(source) => {
+            EngineError::LibvirtUnavailable(text)
+        }
+        VmpinError::NoDomain(d) => {
+            EngineError::NotFound(format!("VM {d:?} is not a libvirt domain on this host"))
+        }
+        VmpinError::Transient(_) => EngineError::Unsupported(text),
+        VmpinError::AllocationExists { .. } | VmpinError::DeviceAlreadyPresent { .. } => {
+            EngineError::Conflict(text)
+        }
+        VmpinError::AllocationNotFound { .. } => EngineError::NotFound(text),
+        VmpinError::Rejected(r) => EngineError::NoCapacity(format!("the VM cannot be placed: {r}")),
+        other => EngineError::host("VM pinning failed", None, Box::new(other)),
+    }
+}
+
+/// Whether libvirt's error means the connection itself is gone.
+fn broken(e: &virt::error::Error) -> bool {
+    use virt::error::{ErrorDomain, ErrorNumber};
+    matches!(
+        e.code(),
+        ErrorNumber::SystemError
+            | ErrorNumber::NoConnect
+            | ErrorNumber::InvalidConn
+            | ErrorNumber::Rpc
+    ) || matches!(e.domain(), ErrorDomain::Rpc | ErrorDomain::Remote)
+}
