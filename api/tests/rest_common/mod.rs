@@ -1,0 +1,224 @@
+//! Shared set-up for the REST tests: a simulated host, an engine and service over it, the
+//! router served on a real unix socket in a temp dir, and a small HTTP/1.1 client.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent::engine::{Engine, EngineConfig};
+use agent::service::Service;
+use api::rest::{self, RestOptions};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use sim::{Profile, SimHost};
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
+
+pub const A100: &str = "0000:07:00.0";
+pub const T4: &str = "0000:41:00.0";
+
+/// A served router over a simulated host.
+pub struct Rig {
+    pub dir: tempfile::TempDir,
+    pub sim: SimHost,
+    pub service: Service,
+    pub socket: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub fn service_on(profile: &str, state_dir: &Path) -> (SimHost, Service) {
+    let sim = SimHost::new(Profile::builtin(profile).unwrap()).unwrap();
+    let mut cfg = EngineConfig::new(state_dir, agent::host::sim_access(&sim));
+    cfg.vendor_timeout = Duration::from_secs(5);
+    let engine = Engine::open(cfg).unwrap();
+    engine.reconcile().unwrap();
+    (sim, Service::new(engine))
+}
+
+impl Rig {
+    pub async fn start(profile: &str) -> Rig {
+        Self::start_with(profile, RestOptions::default()).await
+    }
+
+    pub async fn start_with(profile: &str, options: RestOptions) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let profile = profile_static(profile);
+        let (sim, service) =
+            tokio::task::spawn_blocking(move || service_on(profile, &state))
+                .await
+                .unwrap();
+        let socket = dir.path().join("api.sock");
+        let router = rest::router(service.clone(), options);
+        let (stop, rx) = oneshot::channel();
+        let path = socket.clone();
+        let task = tokio::spawn(async move {
+            rest::serve_unix(router, &path, 0o600, None, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        for _ in 0..200 {
+            if UnixStream::connect(&socket).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Rig {
+            dir,
+            sim,
+            service,
+            socket,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the server and waits for it (the socket file goes).
+    pub async fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap();
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.call("GET", path, &[], None).await
+    }
+
+    pub async fn post(&self, path: &str, json: serde_json::Value) -> Reply {
+        self.send_json("POST", path, &json).await
+    }
+
+    pub async fn send_json(&self, method: &str, path: &str, json: &serde_json::Value) -> Reply {
+        let body = serde_json::to_vec(json).unwrap();
+        self.call(method, path, &[("content-type", "application/json")], Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.call("DELETE", path, &[], None).await
+    }
+
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Reply {
+        request_unix(&self.socket, method, path, headers, body).await
+    }
+
+    /// Everything a client can observe of the state, for before/after comparisons.
+    pub async fn snapshot(&self) -> serde_json::Value {
+        let slices = self.get("/v1/slices").await.json();
+        let allocations = self.get("/v1/allocations").await.json();
+        let mut host = self.get("/v1/host").await.json();
+        // Free memory is live telemetry, not state.
+        for n in host["numa_nodes"].as_array_mut().unwrap() {
+            n["memory_free_mib"] = serde_json::Value::Null;
+        }
+        let layouts = self.get("/v1/layouts").await.json();
+        serde_json::json!({"slices": slices, "allocations": allocations, "host": host, "layouts": layouts})
+    }
+}
+
+fn profile_static(p: &str) -> &'static str {
+    Profile::builtin_names()
+        .iter()
+        .find(|n| **n == p)
+        .copied()
+        .unwrap()
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {} {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    /// Asserts the JSON error shape and returns the code.
+    pub fn error_code(&self) -> String {
+        let v = self.json();
+        let obj = v.as_object().unwrap_or_else(|| panic!("not an object: {v}"));
+        assert!(obj["message"].is_string(), "{v}");
+        assert!(obj["details"].is_object(), "{v}");
+        assert_eq!(obj.len(), 3, "{v}");
+        obj["code"].as_str().unwrap().to_owned()
+    }
+}
+
+pub async fn request_unix(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Reply {
+    let stream = UnixStream::connect(socket).await.unwrap();
+    send(stream, method, path, headers, body).await
+}
+
+pub async fn send<S>(
+    stream: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Reply
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "vgpud");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}

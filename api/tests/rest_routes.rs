@@ -1,0 +1,326 @@
+//! Every REST route over a real unix socket, on simulated hosts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod rest_common;
+
+use std::time::Duration;
+
+use api::rest::{self, RestOptions};
+use http_body_util::BodyExt;
+use rest_common::{A100, Rig, T4};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_gpus() {
+    let rig = Rig::start("dgx-a100").await;
+    let health = rig.get("/healthz").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.text(), "ok\n");
+
+    let host = rig.get("/v1/host").await;
+    assert_eq!(host.status, 200);
+    let host = host.json();
+    let inventory = serde_json::to_value(rig.service.host()).unwrap();
+    assert_eq!(host["hostname"], inventory["hostname"]);
+    assert_eq!(host["gpus"], inventory["gpus"], "GET /v1/host is `vgpud inventory --json`");
+    assert!(!host["numa_nodes"].as_array().unwrap().is_empty());
+
+    let gpus = rig.get("/v1/gpus").await.json();
+    assert_eq!(gpus.as_array().unwrap().len(), 8);
+    let gpu = rig.get(&format!("/v1/gpus/{A100}")).await;
+    assert_eq!(gpu.status, 200);
+    assert_eq!(gpu.json()["pci_address"], A100);
+
+    let missing = rig.get("/v1/gpus/0000:99:00.0").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.error_code(), "not_found");
+    let sloppy = rig.get("/v1/gpus/7:0.0").await;
+    assert_eq!(sloppy.status, 400);
+    assert_eq!(sloppy.error_code(), "invalid_request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_lifecycle() {
+    let rig = Rig::start("dgx-a100").await;
+    assert_eq!(rig.get("/v1/slices").await.json(), json!([]));
+    let made = rig
+        .post(
+            "/v1/slices",
+            json!({"gpu": A100, "kind": {"backend": "mig", "profile": "1g.10gb", "start": 6}}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let slice = made.json();
+    let id = slice["id"].as_str().unwrap().to_owned();
+    assert_eq!(made.header("location").unwrap(), format!("/v1/slices/{id}"));
+    assert_eq!(slice["state"], "ready");
+    assert_eq!(slice["type"], "1g.10gb");
+    assert_eq!(slice["backend"], "mig");
+    assert_eq!(slice["kind"], json!({"backend": "mig", "profile": "1g.10gb", "start": 6}));
+    assert!(slice["gpu_instance_id"].is_u64());
+
+    let listed = rig.get("/v1/slices").await.json();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(rig.get(&format!("/v1/slices/{id}")).await.json(), slice);
+
+    // The same placement again: occupied.
+    let again = rig
+        .post(
+            "/v1/slices",
+            json!({"gpu": A100, "kind": {"backend": "mig", "profile": "1g.10gb", "start": 6}}),
+        )
+        .await;
+    assert_eq!(again.status, 409, "{}", again.text());
+    assert_eq!(again.error_code(), "conflict");
+
+    let gone = rig.delete(&format!("/v1/slices/{id}")).await;
+    assert_eq!(gone.status, 204);
+    assert!(gone.body.is_empty());
+    let missing = rig.get(&format!("/v1/slices/{id}")).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.error_code(), "not_found");
+    assert_eq!(rig.delete(&format!("/v1/slices/{id}")).await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_with_idempotency() {
+    let rig = Rig::start("dgx-a100").await;
+    let body = json!({"consumer": "nova", "vm": "vm-1", "request": {"type": "3g.40gb", "count": 2, "gpu": A100}});
+    let key = [("content-type", "application/json"), ("idempotency-key", "req-0001")];
+    let first = rig
+        .call("POST", "/v1/allocations", &key, Some(serde_json::to_vec(&body).unwrap()))
+        .await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let alloc = first.json();
+    let id = alloc["id"].as_str().unwrap().to_owned();
+    assert_eq!(first.header("location").unwrap(), format!("/v1/allocations/{id}"));
+    assert_eq!(alloc["consumer"], "nova");
+    assert_eq!(alloc["vm"], "vm-1");
+    let slices = alloc["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), 2);
+    for s in slices {
+        assert_eq!(s["gpu"], A100);
+        assert_eq!(s["type"], "3g.40gb");
+        assert!(s["numa_node"].is_u64(), "{s}");
+        assert!(s["id"].is_string());
+    }
+
+    // The retry returns the same allocation, not a second one.
+    let retry = rig
+        .call("POST", "/v1/allocations", &key, Some(serde_json::to_vec(&body).unwrap()))
+        .await;
+    assert!(retry.status.is_success(), "{}", retry.text());
+    assert_eq!(retry.json()["id"], alloc["id"]);
+    assert_eq!(rig.get("/v1/allocations").await.json().as_array().unwrap().len(), 1);
+
+    // The slices show who holds them.
+    let held = rig.get("/v1/slices").await.json();
+    assert!(held.as_array().unwrap().iter().all(|s| s["state"] == "allocated" && s["allocation"] == alloc["id"]));
+
+    // A third 3g.40gb does not fit next to two on the A100 (7 compute slices).
+    let full = rig
+        .post("/v1/allocations", json!({"consumer": "c2", "request": {"type": "3g.40gb", "gpu": A100}}))
+        .await;
+    assert_eq!(full.status, 409, "{}", full.text());
+    assert_eq!(full.error_code(), "no_capacity");
+
+    let one = rig.get(&format!("/v1/allocations/{id}")).await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.json(), alloc);
+    assert_eq!(rig.delete(&format!("/v1/allocations/{id}")).await.status, 204);
+    assert_eq!(rig.get(&format!("/v1/allocations/{id}")).await.status, 404);
+    let freed = rig.get("/v1/slices").await.json();
+    assert!(freed.as_array().unwrap().iter().all(|s| s["state"] == "ready"));
+
+    let unknown_type = rig
+        .post("/v1/allocations", json!({"consumer": "c", "request": {"type": "9g.999gb"}}))
+        .await;
+    assert_eq!(unknown_type.status, 422);
+    assert_eq!(unknown_type.error_code(), "invalid_request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mdev_allocation_carries_its_uuid() {
+    let rig = Rig::start("vdi-mixed").await;
+    let made = rig
+        .post("/v1/allocations", json!({"consumer": "vdi", "request": {"type": "nvidia-222", "gpu": T4}}))
+        .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let s = &made.json()["slices"][0];
+    assert_eq!(s["backend"], "mdev");
+    let uuid = s["mdev_uuid"].as_str().unwrap();
+    assert_eq!(uuid.len(), 36);
+}
+
+async fn wait_operation(rig: &Rig, location: &str) -> serde_json::Value {
+    for _ in 0..500 {
+        let op = rig.get(location).await.json();
+        if op["state"] != "running" {
+            return op;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("operation {location} did not finish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layouts_are_applied_through_operations_with_etags() {
+    let rig = Rig::start("dgx-a100").await;
+    let before = rig.get("/v1/layouts").await;
+    assert_eq!(before.status, 200);
+    let etag = before.header("etag").unwrap();
+    assert_eq!(before.json()["etag"], etag.as_str());
+    assert_eq!(before.json()["layouts"], json!([]));
+
+    let layouts = json!({"layouts": [{"name": "small", "selector": {"addresses": [A100]}, "slices": [{"type": "1g.10gb", "count": 7}]}]});
+    let body = serde_json::to_vec(&layouts).unwrap();
+    let stale = rig
+        .call("PUT", "/v1/layouts", &[("content-type", "application/json"), ("if-match", "\"0000\"")], Some(body.clone()))
+        .await;
+    assert_eq!(stale.status, 412);
+    assert_eq!(stale.error_code(), "precondition_failed");
+    assert_eq!(stale.json()["details"]["etag"], etag.as_str());
+
+    let accepted = rig
+        .call("PUT", "/v1/layouts", &[("content-type", "application/json"), ("if-match", &etag)], Some(body))
+        .await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    let location = accepted.header("location").unwrap();
+    assert_eq!(accepted.json()["kind"], "layout_apply");
+    let op = wait_operation(&rig, &location).await;
+    assert_eq!(op["state"], "succeeded", "{op}");
+    assert_eq!(op["result"]["status"][0]["state"], "applied", "{op}");
+
+    let after = rig.get("/v1/layouts").await;
+    assert_ne!(after.header("etag").unwrap(), etag);
+    assert_eq!(after.json()["layouts"][0]["name"], "small");
+    assert_eq!(rig.get("/v1/slices").await.json().as_array().unwrap().len(), 7);
+
+    // A layout naming a type the GPU does not offer fails in the operation, changing nothing.
+    let bad = json!({"layouts": [{"name": "bad", "slices": [{"type": "nvidia-999", "count": 1}]}]});
+    let accepted = rig.send_json("PUT", "/v1/layouts", &bad).await;
+    assert_eq!(accepted.status, 202);
+    let op = wait_operation(&rig, &accepted.header("location").unwrap()).await;
+    assert_eq!(op["state"], "failed", "{op}");
+    assert_eq!(op["error"]["code"], "invalid_request");
+    assert_eq!(rig.get("/v1/layouts").await.json()["layouts"][0]["name"], "small");
+
+    let nope = rig.get("/v1/operations/6f1c1a52-8d3e-4b9a-9d7e-1f2a3b4c5d6e").await;
+    assert_eq!(nope.status, 404);
+    assert_eq!(nope.error_code(), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_as_server_sent_events() {
+    let rig = Rig::start("dgx-a100").await;
+    let stream = tokio::net::UnixStream::connect(&rig.socket).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("/v1/events")
+        .header("host", "vgpud")
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+
+    let made = rig
+        .post("/v1/allocations", json!({"consumer": "ev", "request": {"type": "1g.10gb"}}))
+        .await;
+    assert_eq!(made.status, 201);
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains("event: allocation_created") {
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .expect("no allocation_created event within 10 s")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    assert!(seen.contains("event: slice_created"), "{seen}");
+    let line = seen
+        .lines()
+        .skip_while(|l| *l != "event: allocation_created")
+        .nth(1)
+        .unwrap();
+    let data: serde_json::Value = serde_json::from_str(line.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(data["event"], "allocation_created");
+    assert_eq!(data["allocation"], id.as_str());
+    assert_eq!(data["consumer"], "ev");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_openapi_and_unknown_routes() {
+    let rig = Rig::start("dgx-a100").await;
+    rig.post("/v1/allocations", json!({"consumer": "m", "request": {"type": "1g.10gb"}})).await;
+    let metrics = rig.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics.text();
+    assert!(text.contains("vgpud_slices{state=\"allocated\",backend=\"mig\"} 1"), "{text}");
+    assert!(text.contains("vgpud_allocations 1"), "{text}");
+    assert!(text.contains("vgpud_gpus 8"), "{text}");
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+
+    let doc = rig.get("/v1/openapi.json").await;
+    assert_eq!(doc.status, 200);
+    assert_eq!(doc.json()["openapi"], "3.1.0");
+    assert_eq!(doc.json()["info"]["title"], "vgpud");
+
+    let nowhere = rig.get("/v2/host").await;
+    assert_eq!(nowhere.status, 404);
+    assert_eq!(nowhere.error_code(), "not_found");
+    let patch = rig.call("PATCH", "/v1/slices", &[], None).await;
+    assert_eq!(patch.status, 405);
+    assert_eq!(patch.error_code(), "method_not_allowed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_has_its_mode_and_is_removed_on_shutdown() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut rig = Rig::start("single-gpu").await;
+    let mode = std::fs::metadata(&rig.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    rig.stop().await;
+    assert!(!rig.socket.exists());
+}
+
+/// A router served without a listener that identifies callers is read-only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutations_need_an_identified_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (_sim, service) =
+        tokio::task::spawn_blocking(move || rest_common::service_on("dgx-a100", &state)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = rest::router(service.clone(), RestOptions::default());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let read = rest_common::send(tcp, "GET", "/v1/slices", &[], None).await;
+    assert_eq!(read.status, 200);
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = serde_json::to_vec(&json!({"consumer": "x", "request": {"type": "1g.10gb"}})).unwrap();
+    let write = rest_common::send(tcp, "POST", "/v1/allocations", &[("content-type", "application/json")], Some(body)).await;
+    assert_eq!(write.status, 401);
+    assert_eq!(write.error_code(), "unauthenticated");
+    assert!(service.allocations().is_empty());
+}
+
+#[test]
+fn host_wire_form_is_the_inventory_json_on_every_builtin_host() {
+    for name in sim::Profile::builtin_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_sim, service) = rest_common::service_on(name, dir.path());
+        let inv = service.host();
+        let wire = serde_json::to_value(api::wire::inventory::Host::from(&inv)).unwrap();
+        assert_eq!(wire, serde_json::to_value(&inv).unwrap(), "{name}");
+    }
+}
