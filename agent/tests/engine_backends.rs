@@ -246,19 +246,21 @@ fn mig_placements_capacity_and_nvml_errors() {
     let h = sim("dgx-a100");
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
+    // The scheduler puts the first 3g at slot 4: slot 0 stays open for a 4g, which only
+    // starts there.
     let a = create(&e, A100, mig_kind("3g.40gb", None)).unwrap();
     let b = create(&e, A100, mig_kind("3g.40gb", None)).unwrap();
     assert_eq!(
         a.identity,
         Identity::Mig {
-            start: 0,
+            start: 4,
             profile: "3g.40gb".parse().unwrap()
         }
     );
     assert_eq!(
         b.identity,
         Identity::Mig {
-            start: 4,
+            start: 0,
             profile: "3g.40gb".parse().unwrap()
         }
     );
@@ -294,11 +296,11 @@ fn mig_placements_capacity_and_nvml_errors() {
     h.set_mig_instance_in_use(addr(A100), gi, false).unwrap();
     e.destroy_slice(a.id).unwrap();
     // Explicit placement.
-    let c = create(&e, A100, mig_kind("1g.10gb", Some(3))).unwrap();
+    let c = create(&e, A100, mig_kind("1g.10gb", Some(5))).unwrap();
     assert_eq!(
         c.identity,
         Identity::Mig {
-            start: 3,
+            start: 5,
             profile: "1g.10gb".parse().unwrap()
         }
     );
