@@ -19,9 +19,10 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_request`, `not_found`, `conflict`, `no_capacity`,
-    /// `busy`, `unsupported`, `host_error`, `timeout`, `store_error` (from the engine) and
-    /// `bad_json`, `unsupported_media_type`, `payload_too_large`, `unauthenticated`, `forbidden`,
-    /// `precondition_failed`, `method_not_allowed`, `internal` (from the REST layer).
+    /// `busy`, `unsupported`, `host_error`, `timeout`, `store_error`, `libvirt_unavailable`
+    /// (from the engine) and `bad_json`, `unsupported_media_type`, `payload_too_large`,
+    /// `unauthenticated`, `forbidden`, `precondition_failed`, `method_not_allowed`, `internal`
+    /// (from the REST layer).
     #[schema(example = "not_found")]
     pub code: String,
     /// What went wrong, for people.
@@ -199,7 +200,9 @@ pub fn engine_status(e: &EngineError) -> StatusCode {
         EngineError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
         EngineError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         EngineError::Host { .. } => StatusCode::BAD_GATEWAY,
-        EngineError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        EngineError::Store(_) | EngineError::LibvirtUnavailable(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     }
 }
 

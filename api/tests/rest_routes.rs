@@ -29,7 +29,28 @@ async fn host_and_gpus() {
     assert_eq!(gpus.as_array().unwrap().len(), 8);
     let gpu = rig.get(&format!("/v1/gpus/{A100}")).await;
     assert_eq!(gpu.status, 200);
-    assert_eq!(gpu.json()["pci_address"], A100);
+    let gpu = gpu.json();
+    assert_eq!(gpu["pci_address"], A100);
+    assert_eq!(gpu["health"], "ok", "{gpu}");
+    let capacity = gpu["capacity"].as_array().unwrap();
+    let small = capacity.iter().find(|c| c["type"] == "1g.10gb").unwrap();
+    assert_eq!(small["creatable"], 7, "{gpu}");
+    assert_eq!(small["backend"], "mig");
+
+    let score = rig
+        .post("/v1/placement-score", json!({"type": "3g.40gb", "count": 2}))
+        .await;
+    assert_eq!(score.status, 200, "{}", score.text());
+    let score = score.json();
+    assert_eq!(score["feasible"], true, "{score}");
+    assert_eq!(score["placements"].as_array().unwrap().len(), 2, "{score}");
+    let impossible = rig
+        .post("/v1/placement-score", json!({"type": "7g.80gb", "count": 9}))
+        .await
+        .json();
+    assert_eq!(impossible["feasible"], false, "{impossible}");
+    assert!(impossible["reason"].is_string());
+    assert!(rig.get("/v1/slices").await.json().as_array().unwrap().is_empty(), "a dry run");
 
     let missing = rig.get("/v1/gpus/0000:99:00.0").await;
     assert_eq!(missing.status, 404);

@@ -19,10 +19,11 @@ use super::extract::{ApiJson, blocking, blocking_ok, json_errors};
 use super::{auth, metrics, openapi};
 use crate::error::{ApiError, ErrorBody};
 use crate::wire::events::Event;
-use crate::wire::inventory::{Gpu, Host};
+use crate::wire::inventory::{Gpu, GpuDetail, Host};
 use crate::wire::layouts::{LayoutsRequest, LayoutsView, Operation, etag_of};
 use crate::wire::slices::{
-    Allocation, AllocationRequest, CreateSliceRequest, Slice, allocation_id, slice_id,
+    Allocation, AllocationRequest, CreateSliceRequest, PlacementScore, Slice, SliceRequest,
+    allocation_id, slice_id,
 };
 use crate::wire::{check_text, parse_pci};
 
@@ -36,6 +37,7 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(get_slice, destroy_slice))
         .routes(routes!(list_allocations, create_allocation))
         .routes(routes!(get_allocation, release_allocation))
+        .routes(routes!(placement_score))
         .routes(routes!(get_layouts, put_layouts))
         .routes(routes!(get_operation))
         .routes(routes!(events))
@@ -100,18 +102,45 @@ async fn list_gpus(State(st): State<AppState>) -> Result<Json<Vec<Gpu>>, ApiErro
     Ok(Json(inv.gpus.iter().map(Gpu::from).collect()))
 }
 
-/// One GPU, by canonical PCI address.
+/// One GPU, by canonical PCI address, with its health, utilisation and, for each slice type it
+/// offers, how many more fit.
 #[utoipa::path(get, path = "/v1/gpus/{id}", tag = "host",
     params(("id" = String, Path, description = "PCI address, canonical form", pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$", example = "0000:07:00.0")),
     responses(
-        (status = 200, description = "The GPU", body = Gpu),
+        (status = 200, description = "The GPU", body = GpuDetail),
         (status = 400, description = "Not a canonical PCI address", body = ErrorBody),
         (status = 404, description = "No such GPU", body = ErrorBody)))]
-async fn get_gpu(State(st): State<AppState>, PathId(id): PathId) -> Result<Json<Gpu>, ApiError> {
+async fn get_gpu(
+    State(st): State<AppState>,
+    PathId(id): PathId,
+) -> Result<Json<GpuDetail>, ApiError> {
     let address = parse_pci("id", &id).map_err(|e| ApiError::invalid(e.to_string()))?;
     let service = st.service.clone();
     let gpu = blocking(move || service.gpu(address)).await?;
-    Ok(Json(Gpu::from(&gpu)))
+    Ok(Json(GpuDetail::from(&gpu)))
+}
+
+/// A dry run: would this host take the request, with what score. Nothing changes; the answer
+/// is comparable between hosts running the same policy.
+#[utoipa::path(post, path = "/v1/placement-score", tag = "allocations",
+    request_body = SliceRequest,
+    responses(
+        (status = 200, description = "The score (feasible or not)", body = PlacementScore),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "The connection carries no identity", body = ErrorBody),
+        (status = 404, description = "No such GPU", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 422, description = "Invalid, or no GPU offers the type", body = ErrorBody),
+        (status = 503, description = "libvirt does not answer", body = ErrorBody)))]
+async fn placement_score(
+    State(st): State<AppState>,
+    ApiJson(body): ApiJson<SliceRequest>,
+) -> Result<Json<PlacementScore>, ApiError> {
+    let req = body.to_engine("", None)?;
+    let service = st.service.clone();
+    let score = blocking(move || service.placement_score(req)).await?;
+    Ok(Json(PlacementScore::from(&score)))
 }
 
 // ---- slices ----

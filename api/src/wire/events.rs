@@ -66,6 +66,15 @@ pub enum Event {
         /// Why, when not applied.
         reasons: Vec<String>,
     },
+    /// A libvirt domain records an allocation or slice that no longer exists.
+    StaleVmLink {
+        /// The domain.
+        domain: String,
+        /// The allocation id the domain records.
+        allocation: String,
+        /// What no longer exists.
+        reason: String,
+    },
     /// A reconcile pass finished.
     ReconcileDone {
         /// Owned slices re-created.
@@ -95,6 +104,7 @@ impl Event {
             Event::Drift { .. } => "drift",
             Event::ForeignFound { .. } => "foreign_found",
             Event::LayoutStatus { .. } => "layout_status",
+            Event::StaleVmLink { .. } => "stale_vm_link",
             Event::ReconcileDone { .. } => "reconcile_done",
             Event::Lagged { .. } => "lagged",
         }
@@ -147,6 +157,15 @@ impl From<&engine::Event> for Event {
                 gpu: gpu.to_string(),
                 state: (*state).into(),
                 reasons: reasons.clone(),
+            },
+            E::StaleVmLink {
+                domain,
+                allocation,
+                reason,
+            } => Event::StaleVmLink {
+                domain: domain.clone(),
+                allocation: allocation.clone(),
+                reason: reason.clone(),
             },
             E::ReconcileDone {
                 recreated,

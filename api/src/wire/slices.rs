@@ -298,6 +298,96 @@ pub struct SliceRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")]
     pub gpu: Option<String>,
+    /// Where the VM's CPUs and memory go relative to the slices' NUMA node (default
+    /// `preferred`; used when the allocation names a VM and pinning is on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_policy: Option<NumaPolicy>,
+    /// The VM's vCPUs to place (default: what its libvirt domain says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 4096)]
+    pub vcpus: Option<u32>,
+    /// The VM's memory in MiB to place (default: what its libvirt domain says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1073741824_u64)]
+    pub memory_mib: Option<u64>,
+}
+
+/// Most vCPUs a request may name.
+pub const MAX_VCPUS: u32 = 4096;
+/// Most memory a request may name, MiB (1 PiB).
+pub const MAX_MEMORY_MIB: u64 = 1 << 30;
+
+/// Where a VM's CPUs and memory go relative to its slices' NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaPolicy {
+    /// On the slices' node, or nothing is allocated.
+    Required,
+    /// On the slices' node when it has room, elsewhere otherwise.
+    Preferred,
+    /// No pinning: the VM gets its devices only.
+    None,
+}
+
+impl From<NumaPolicy> for engine::NumaPolicy {
+    fn from(p: NumaPolicy) -> Self {
+        match p {
+            NumaPolicy::Required => engine::NumaPolicy::Required,
+            NumaPolicy::Preferred => engine::NumaPolicy::Preferred,
+            NumaPolicy::None => engine::NumaPolicy::None,
+        }
+    }
+}
+
+impl From<engine::NumaPolicy> for NumaPolicy {
+    fn from(p: engine::NumaPolicy) -> Self {
+        match p {
+            engine::NumaPolicy::Required => NumaPolicy::Required,
+            engine::NumaPolicy::Preferred => NumaPolicy::Preferred,
+            engine::NumaPolicy::None => NumaPolicy::None,
+        }
+    }
+}
+
+impl SliceRequest {
+    /// The engine's request, after the checks the schema declares. `field` prefixes messages.
+    pub fn to_engine(
+        &self,
+        field: &str,
+        idempotency_key: Option<String>,
+    ) -> Result<engine::SliceRequest, ApiError> {
+        check_text(&format!("{field}type"), &self.slice_type)?;
+        if self.count == 0 || self.count > MAX_COUNT {
+            return Err(ApiError::Unprocessable(format!(
+                "{field}count: {} is out of range 1..={MAX_COUNT}",
+                self.count
+            )));
+        }
+        if let Some(v) = self.vcpus.filter(|v| *v == 0 || *v > MAX_VCPUS) {
+            return Err(ApiError::Unprocessable(format!(
+                "{field}vcpus: {v} is out of range 1..={MAX_VCPUS}"
+            )));
+        }
+        if let Some(m) = self.memory_mib.filter(|m| *m == 0 || *m > MAX_MEMORY_MIB) {
+            return Err(ApiError::Unprocessable(format!(
+                "{field}memory_mib: {m} is out of range 1..={MAX_MEMORY_MIB}"
+            )));
+        }
+        let gpu = self
+            .gpu
+            .as_deref()
+            .map(|g| parse_pci(&format!("{field}gpu"), g))
+            .transpose()?;
+        Ok(engine::SliceRequest {
+            slice_type: self.slice_type.clone(),
+            count: self.count,
+            gpu,
+            idempotency_key,
+            numa_policy: self.numa_policy.map(Into::into),
+            vcpus: self.vcpus,
+            memory_mib: self.memory_mib,
+        })
+    }
 }
 
 fn one() -> u32 {
@@ -332,28 +422,10 @@ impl AllocationRequest {
         if let Some(vm) = &self.vm {
             check_text("vm", vm)?;
         }
-        let r = &self.request;
-        check_text("request.type", &r.slice_type)?;
-        if r.count == 0 || r.count > MAX_COUNT {
-            return Err(ApiError::Unprocessable(format!(
-                "request.count: {} is out of range 1..={MAX_COUNT}",
-                r.count
-            )));
-        }
-        let gpu = r
-            .gpu
-            .as_deref()
-            .map(|g| parse_pci("request.gpu", g))
-            .transpose()?;
         Ok(engine::AllocationRequest {
             consumer: self.consumer.clone(),
             vm: self.vm.clone(),
-            request: engine::SliceRequest {
-                slice_type: r.slice_type.clone(),
-                count: r.count,
-                gpu,
-                idempotency_key,
-            },
+            request: self.request.to_engine("request.", idempotency_key)?,
         })
     }
 }
@@ -414,10 +486,9 @@ pub struct Allocation {
     pub slice_type: Option<String>,
     /// The slices it holds.
     pub slices: Vec<AllocatedSlice>,
-    /// VM pinning (CPUs, memory nodes) when the allocation names a VM and pinning applies.
+    /// The VM pinning applied, when the allocation names a VM and pinning is on.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub pinning: Option<serde_json::Value>,
+    pub pinning: Option<VmPinning>,
     /// When it was made, seconds since the Unix epoch.
     pub created: u64,
 }
@@ -450,8 +521,95 @@ impl Allocation {
             vm: a.vm.clone(),
             slice_type: a.slice_type.clone(),
             slices: held,
-            pinning: None,
+            pinning: a.pinning.as_ref().map(VmPinning::from),
             created: a.created,
+        }
+    }
+}
+
+/// What VM pinning did for an allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VmPinning {
+    /// The libvirt domain.
+    pub domain: String,
+    /// The NUMA policy it was planned under.
+    pub policy: NumaPolicy,
+    /// vCPU → host CPU (empty under policy `none`).
+    pub vcpus: Vec<VcpuPin>,
+    /// CPUs of the emulator threads, as a list (`8-11`); empty when unpinned.
+    pub emulator_cpus: String,
+    /// The memory binding, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryPin>,
+    /// Guest NUMA cells, when the slices sit on several host nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guest_cells: Vec<GuestCellPin>,
+    /// The managed part of the domain's persistent definition after the change.
+    pub xml_fragment: String,
+    /// What takes effect only when the guest is next started.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restart_needed: Vec<String>,
+    /// Where policy `preferred` had to give up locality, why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compromises: Vec<String>,
+}
+
+/// One vCPU pinned to one host CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VcpuPin {
+    /// The guest vCPU number.
+    pub vcpu: u32,
+    /// The host CPU.
+    pub cpu: u32,
+}
+
+/// The memory binding applied to a VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MemoryPin {
+    /// `strict`, `preferred`, `interleave` or `restrictive`.
+    pub mode: String,
+    /// Host NUMA nodes, as a list (`1`, `0-1`).
+    pub nodes: String,
+}
+
+/// A guest NUMA cell and the host node it mirrors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GuestCellPin {
+    /// Guest cell id.
+    pub cell: u32,
+    /// Host NUMA node.
+    pub host_node: u16,
+}
+
+impl From<&engine::VmPinning> for VmPinning {
+    fn from(p: &engine::VmPinning) -> Self {
+        VmPinning {
+            domain: p.domain.clone(),
+            policy: p.policy.into(),
+            vcpus: p
+                .vcpus
+                .iter()
+                .map(|v| VcpuPin {
+                    vcpu: v.vcpu,
+                    cpu: v.cpu,
+                })
+                .collect(),
+            emulator_cpus: p.emulator_cpus.clone(),
+            memory: p.memory.as_ref().map(|m| MemoryPin {
+                mode: m.mode.clone(),
+                nodes: m.nodes.clone(),
+            }),
+            guest_cells: p
+                .guest_cells
+                .iter()
+                .map(|c| GuestCellPin {
+                    cell: c.cell,
+                    host_node: c.host_node.0,
+                })
+                .collect(),
+            xml_fragment: p.xml_fragment.clone(),
+            restart_needed: p.restart_needed.clone(),
+            compromises: p.compromises.clone(),
         }
     }
 }
@@ -505,5 +663,88 @@ mod tests {
         let e = r.to_engine(Some("k".into())).unwrap();
         assert_eq!(e.request.count, 1);
         assert_eq!(e.request.idempotency_key.as_deref(), Some("k"));
+    }
+}
+
+/// `POST /v1/placement-score`: would this host take the request, and how well (nothing changes).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct PlacementScore {
+    /// Whether the host can take the request now.
+    pub feasible: bool,
+    /// Higher is better; comparable between hosts running the same policy.
+    pub score: f64,
+    /// Expected fragmentation the placement adds, in GPUs.
+    pub fragmentation_added: f64,
+    /// Whether the VM's CPUs and memory would sit on its slices' NUMA node.
+    pub numa_local: bool,
+    /// Free GPU capacity of the host after the placement, in GPUs.
+    pub host_free_after: f64,
+    /// The policy that scored it.
+    pub policy: String,
+    /// Why not, when infeasible.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Where the slices would go, when feasible.
+    pub placements: Vec<ScoredPlacement>,
+    /// Every candidate with its score components, and why other GPUs were left out (the
+    /// scheduler's own form; for people and logs).
+    #[schema(value_type = Option<Object>)]
+    pub explanation: Option<serde_json::Value>,
+}
+
+/// One slice of a dry-run placement.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ScoredPlacement {
+    /// The GPU.
+    pub gpu: String,
+    /// The type of slice to create or reuse there (a MIG profile, an mdev type id, a vGPU type
+    /// id, `vf`, `gpu`, or `fraction`).
+    #[serde(rename = "type")]
+    pub slice_type: String,
+    /// The MIG start slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<u32>,
+}
+
+impl From<&agent::service::PlacementScore> for PlacementScore {
+    fn from(p: &agent::service::PlacementScore) -> Self {
+        PlacementScore {
+            feasible: p.feasible,
+            score: finite(p.score),
+            fragmentation_added: finite(p.fragmentation_added),
+            numa_local: p.numa_local,
+            host_free_after: finite(p.host_free_after),
+            policy: p.policy.clone(),
+            reason: p.reason.clone(),
+            placements: p.placements.iter().map(ScoredPlacement::from).collect(),
+            explanation: p
+                .explanation
+                .as_ref()
+                .and_then(|e| serde_json::to_value(e).ok()),
+        }
+    }
+}
+
+/// JSON has no infinities: an unbounded score is sent as the largest finite one.
+fn finite(v: f64) -> f64 {
+    if v.is_nan() { 0.0 } else { v.clamp(f64::MIN, f64::MAX) }
+}
+
+impl From<&sched::Placement> for ScoredPlacement {
+    fn from(p: &sched::Placement) -> Self {
+        use sched::SliceChoice as C;
+        let (slice_type, start) = match &p.slice {
+            C::Mig { profile, start } => (profile.to_string(), Some(u32::from(*start))),
+            C::Vgpu(t) => (t.to_string(), None),
+            C::Mdev(t) => (t.to_string(), None),
+            C::Vf => ("vf".to_owned(), None),
+            C::Whole => ("gpu".to_owned(), None),
+            C::Fraction(n) => (format!("fraction:{n}"), None),
+        };
+        ScoredPlacement {
+            gpu: p.gpu.to_string(),
+            slice_type,
+            start,
+        }
     }
 }
