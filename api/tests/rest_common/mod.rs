@@ -189,6 +189,38 @@ pub async fn request_unix(
     send(stream, method, path, headers, body).await
 }
 
+/// Like [`send`], but a connection the server drops is `None` instead of a panic.
+pub async fn try_send<S>(
+    stream: S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Option<Reply>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let mut req = Request::builder().method(method).uri(path).header("host", "vgpud");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .ok()?;
+    let resp = sender.send_request(req).await.ok()?;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.ok()?.to_bytes();
+    Some(Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    })
+}
+
 pub async fn send<S>(
     stream: S,
     method: &str,
