@@ -1,4 +1,5 @@
 //! `vgpud check-config` as a process: exit status, the effective configuration, the error's line.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::process::{Command, Output};
 

@@ -1,6 +1,7 @@
 //! `vgpud run` as a real process on a simulated dgx-a100 host: REST over its unix socket,
 //! systemd's notify protocol through a datagram socket the test reads, signals, restarts and
 //! a second instance.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
