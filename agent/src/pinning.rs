@@ -144,6 +144,8 @@ impl VmContext {
 pub(crate) struct Pinner {
     config: PinningConfig,
     hv: Mutex<Option<Arc<Hypervisor>>>,
+    /// Held from planning to applying a VM's pinning.
+    planning: Mutex<()>,
 }
 
 impl Pinner {
@@ -151,11 +153,22 @@ impl Pinner {
         Self {
             config,
             hv: Mutex::new(None),
+            planning: Mutex::new(()),
         }
     }
 
     pub(crate) fn uri(&self) -> &str {
         &self.config.uri
+    }
+
+    pub(crate) fn reserved_cpus(&self) -> &CpuSet {
+        &self.config.reserved_cpus
+    }
+
+    /// One VM allocation at a time from planning to applying: the free CPUs come from the
+    /// domains' pins, so two plans made at once would take the same CPUs.
+    pub(crate) fn serialise(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.planning.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The connection, opened on first use: a libvirtd that is down when the agent starts does

@@ -185,10 +185,18 @@ impl Service {
                 .map(|p| p.reserved_cpus.clone())
                 .unwrap_or_default();
             let path = engine.state_dir().join("libvirt-test-host.xml");
-            let uri = crate::pinning::write_sim_host(&engine.inventory(), &reserved, &path)?;
-            let mut pinning = options.pinning.unwrap_or_else(|| PinningConfig::new(&uri));
-            pinning.uri = uri;
-            options.pinning = Some(pinning);
+            match crate::pinning::write_sim_host(&engine.inventory(), &reserved, &path) {
+                Ok(uri) => {
+                    let mut pinning = options.pinning.unwrap_or_else(|| PinningConfig::new(&uri));
+                    pinning.uri = uri;
+                    options.pinning = Some(pinning);
+                }
+                Err(e) => {
+                    // A simulated host without NUMA nodes has nothing to pin to.
+                    tracing::warn!(error = %format!("{e:#}"), "no libvirt test host for the simulated host; VM pinning is off");
+                    options.pinning = None;
+                }
+            }
         }
         Ok(Self::with_options(engine, options))
     }
@@ -245,6 +253,13 @@ impl Service {
     /// if that fails, nothing is allocated.
     pub fn allocate(&self, req: AllocationRequest) -> Result<Allocation> {
         let inventory = self.engine.inventory();
+        // CPUs are accounted from the domains' pins: two VMs planned at once would both see
+        // the same CPUs free.
+        let _planning = self
+            .pinner
+            .as_ref()
+            .filter(|_| req.vm.is_some())
+            .map(|p| p.serialise());
         let vm = match (&self.pinner, &req.vm) {
             (Some(p), Some(vm)) => Some(p.prepare(vm, &req.request, &inventory)?),
             _ => None,
@@ -255,6 +270,7 @@ impl Service {
             pin_cpus: vm.as_ref().is_some_and(|v| v.pins_cpus()),
             vcpus: vm.as_ref().map(|v| v.vcpus()),
             memory_mib: vm.as_ref().map(|v| v.memory_mib()),
+            reserved_cpus: self.reserved_cpus(),
             ..Scheduling::default()
         };
         match (&self.pinner, vm) {
@@ -371,7 +387,15 @@ impl Service {
         if request.numa() == NumaPolicy::None {
             return Ok(None);
         }
-        pinner.free_numa(&self.engine.inventory(), None).map(Some)
+        match pinner.free_numa(&self.engine.inventory(), None) {
+            Ok(numa) => Ok(Some(numa)),
+            // A dry run still answers, from the inventory.
+            Err(e @ EngineError::LibvirtUnavailable(_)) => {
+                tracing::warn!(error = %e, "scoring without libvirt's CPU accounting");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn scheduling(&self, numa: Option<Vec<sched::NumaState>>) -> Scheduling {
@@ -379,7 +403,15 @@ impl Service {
             policy: (*self.policy).clone(),
             pin_cpus: numa.is_some(),
             numa,
+            reserved_cpus: self.reserved_cpus(),
             ..Scheduling::default()
         }
+    }
+
+    fn reserved_cpus(&self) -> numa::CpuSet {
+        self.pinner
+            .as_ref()
+            .map(|p| p.reserved_cpus().clone())
+            .unwrap_or_default()
     }
 }
