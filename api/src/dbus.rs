@@ -1,40 +1,85 @@
-//! The D-Bus API on the system bus: `io.vgpud.Agent1`.
+//! The D-Bus API on the system bus, for operators with `busctl`: well-known name
+//! `io.vgpud.Agent1`, a manager object at `/io/vgpud/Agent1` (with an ObjectManager), one object
+//! per GPU under `/io/vgpud/Agent1/gpu/` and one per owned slice under `/io/vgpud/Agent1/slice/`.
+//!
+//! A thin adapter over [`Service`]: it translates arguments, errors and events, and holds no
+//! business logic. Reading is open to every caller the bus policy lets through; every mutating
+//! method asks polkit (`io.vgpud.manage`, `io.vgpud.layout`) about the caller's bus name and
+//! refuses when polkit says no or cannot answer. Every service call runs on `spawn_blocking`.
+//! The interfaces, errors and `busctl` examples are in `docs/dbus.md`.
+//!
+//! It must not decide anything the engine decides (what to create, where, whether a request is
+//! sensible beyond its wire types), and it must never take the name from another instance.
+
+mod error;
+mod objects;
+mod paths;
+mod polkit;
+mod sync;
+mod view;
+
+use std::sync::Arc;
 
 use agent::service::Service;
+use zbus::Connection;
+use zbus::fdo::{ObjectManager, RequestNameFlags};
+
+pub use error::{DbusError, ERROR_PREFIX, error_name_for_code};
+pub use objects::MAX_LAYOUTS_JSON;
+pub use paths::{
+    GPU_PREFIX, MANAGER_PATH, SLICE_PREFIX, gpu_path, parse_gpu_path, parse_slice_path, slice_path,
+};
+pub use polkit::{Action, PolkitTimeouts};
 
 /// The well-known bus name.
 pub const BUS_NAME: &str = "io.vgpud.Agent1";
-/// The manager object's path.
-pub const MANAGER_PATH: &str = "/io/vgpud/Agent1";
+/// The manager's interface.
+pub const MANAGER_INTERFACE: &str = "io.vgpud.Agent1.Manager";
+/// The GPU objects' interface.
+pub const GPU_INTERFACE: &str = "io.vgpud.Agent1.Gpu";
+/// The slice objects' interface.
+pub const SLICE_INTERFACE: &str = "io.vgpud.Agent1.Slice";
 
-/// The manager object.
-struct Manager {
+/// How to serve.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DbusOptions {
+    /// How long to wait for polkit before refusing.
+    pub polkit_timeouts: PolkitTimeouts,
+}
+
+/// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set), exports the objects and takes
+/// the well-known name without allowing replacement. Fails with `zbus::Error::NameTaken` when
+/// another connection owns the name. The objects follow the engine's events until the returned
+/// connection is closed ([`Connection::close`]).
+pub async fn serve(service: Service) -> zbus::Result<Connection> {
+    serve_with(
+        service,
+        zbus::connection::Builder::system(),
+        DbusOptions::default(),
+    )
+    .await
+}
+
+/// [`serve`] on the bus a builder connects to (tests use a private bus).
+pub async fn serve_with(
     service: Service,
-}
-
-#[zbus::interface(name = "io.vgpud.Agent1.Manager")]
-impl Manager {
-    /// The agent's version.
-    #[zbus(property)]
-    fn version(&self) -> String {
-        env!("CARGO_PKG_VERSION").to_owned()
-    }
-
-    /// The host inventory as JSON (what `vgpud inventory --json` prints).
-    fn inventory_json(&self) -> zbus::fdo::Result<String> {
-        serde_json::to_string(&self.service.host())
-            .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
-    }
-}
-
-/// Connects to the system bus (or `DBUS_SYSTEM_BUS_ADDRESS`), serves the objects and takes the
-/// well-known name without replacing another owner.
-pub async fn serve(service: Service) -> zbus::Result<zbus::Connection> {
-    zbus::connection::Builder::system()
-        .serve_at(MANAGER_PATH, Manager { service })
-        .name(BUS_NAME)
-        .allow_name_replacements(false)
-        .replace_existing_names(false)
+    bus: zbus::connection::Builder<'static>,
+    options: DbusOptions,
+) -> zbus::Result<Connection> {
+    let shared = Arc::new(sync::Shared::new(service.clone(), options.polkit_timeouts));
+    // Subscribed before the first sync, so no event between the two is missed.
+    let events = service.subscribe();
+    let conn = bus
+        .serve_at(MANAGER_PATH, objects::ManagerObject::new(shared.clone()))
+        .serve_at(MANAGER_PATH, ObjectManager)
         .build()
-        .await
+        .await?;
+    // Every object exists before the name does: a client that sees the name sees the tree.
+    shared.sync(&conn, true).await;
+    // No ALLOW_REPLACEMENT: nobody may take the name from us. DO_NOT_QUEUE: a second instance
+    // fails now instead of waiting in line to take over silently.
+    conn.request_name_with_flags(BUS_NAME, RequestNameFlags::DO_NOT_QUEUE)
+        .await?;
+    tokio::spawn(sync::follow_events(shared, conn.clone(), events));
+    Ok(conn)
 }
