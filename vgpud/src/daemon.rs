@@ -91,8 +91,8 @@ fn host_choice(args: &RunArgs, config: &Config) -> HostChoice {
     }
 }
 
-/// Opens the host and the engine and runs the first reconcile (blocking).
-fn open_engine(args: &RunArgs, config: &Config) -> anyhow::Result<Service> {
+/// Opens the host, the engine and the service, and runs the first reconcile (blocking).
+fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<Service> {
     let choice = host_choice(args, config);
     let access = host::open(&choice)?;
     info!("host: {}", access.source);
@@ -100,9 +100,13 @@ fn open_engine(args: &RunArgs, config: &Config) -> anyhow::Result<Service> {
     engine_config.vendor_timeout = Duration::from_millis(config.engine.vendor_call_timeout_ms);
     let engine = Engine::open(engine_config)
         .with_context(|| format!("opening the state directory {}", config.state_dir.display()))?;
-    let report = engine.reconcile().context("first reconcile")?;
+    let service = Service::from_config(engine, config, args.sim.is_some())?;
+    if let Some(uri) = service.libvirt_uri() {
+        info!("VM pinning through libvirt at {uri}");
+    }
+    let report = service.reconcile().context("first reconcile")?;
     log_reconcile("first reconcile", &report);
-    Ok(Service::new(engine))
+    Ok(service)
 }
 
 fn log_reconcile(what: &str, r: &ReconcileReport) {
@@ -118,6 +122,12 @@ fn log_reconcile(what: &str, r: &ReconcileReport) {
     }
     for why in &r.intents_pending {
         warn!("operation still pending: {why}");
+    }
+    for link in &r.stale_vm_links {
+        warn!(
+            "VM {} of allocation {} is not pinned as recorded: {}",
+            link.domain, link.allocation, link.reason
+        );
     }
 }
 
@@ -182,7 +192,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
 
     let startup = tokio::task::spawn_blocking({
         let (args, config) = (args.clone(), config.clone());
-        move || open_engine(&args, &config)
+        move || open_service(&args, &config)
     });
     tokio::pin!(startup);
     let service = loop {
@@ -200,8 +210,9 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
-    start_listeners(&mut servers, &service, &config, &stop_rx).await?;
-    let dbus = start_dbus(&service, &config, args.sim.is_some()).await?;
+    let simulated = args.sim.is_some();
+    start_listeners(&mut servers, &service, &config, simulated, &stop_rx).await?;
+    let dbus = start_dbus(&service, &config, simulated).await?;
 
     let status = blocking(&service, {
         let config = config.clone();
@@ -268,20 +279,18 @@ async fn start_listeners(
     servers: &mut JoinSet<ServerResult>,
     service: &Service,
     config: &Config,
+    simulated: bool,
     stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let options = api::rest::RestOptions {
         max_body_bytes: config.api.max_body_bytes,
     };
     let router = api::rest::router(service.clone(), options);
-    daemon_listen::spawn_unix(servers, router.clone(), config, stopped(stop))?;
-    if let Some(tcp) = &config.api.tcp {
-        anyhow::bail!(
-            "api.tcp ({}): the TLS listener is not available in this build yet",
-            tcp.listen
-        );
-    }
-    daemon_listen::spawn_metrics(servers, router, config, stopped(stop)).await
+    let group = daemon_listen::socket_group(config, simulated);
+    daemon_listen::spawn_unix(servers, router.clone(), config, group, stopped(stop)).await?;
+    daemon_listen::spawn_tls(servers, router, config, stopped(stop)).await?;
+    let metrics = api::rest::metrics_router(service.clone());
+    daemon_listen::spawn_metrics(servers, metrics, config, stopped(stop)).await
 }
 
 /// Serves D-Bus when enabled. On a simulated host a missing bus is only a warning (a laptop or a

@@ -9,9 +9,6 @@ use anyhow::Context;
 
 use crate::daemon::RunArgs;
 
-/// The hypervisor of a simulated host: libvirt's built-in test driver, never the machine's own.
-pub const SIM_LIBVIRT_URI: &str = "test:///default";
-
 /// Keys a SIGHUP applies to the running daemon; every other change needs a restart.
 pub const LIVE_KEYS: &[&str] = &["engine.reconcile_interval_s"];
 
@@ -33,9 +30,6 @@ fn apply_flags(config: &mut Config, args: &RunArgs) -> anyhow::Result<()> {
     }
     if args.no_dbus {
         config.dbus.enabled = false;
-    }
-    if args.sim.is_some() {
-        config.libvirt.uri = SIM_LIBVIRT_URI.to_owned();
     }
     Ok(())
 }
@@ -174,7 +168,6 @@ mod tests {
         assert!(c.state_dir.is_absolute() && c.state_dir.ends_with("rel/state"));
         assert_eq!(c.api.socket, Path::new("/tmp/x.sock"));
         assert!(!c.dbus.enabled);
-        assert_eq!(c.libvirt.uri, SIM_LIBVIRT_URI);
     }
 
     #[test]

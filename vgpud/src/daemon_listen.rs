@@ -1,11 +1,13 @@
-//! The daemon's listeners: the REST API's unix socket (with a check that no other process
-//! serves it), the optional TLS TCP listener and the unauthenticated metrics listener. Each runs
-//! as a task until the shutdown signal, then stops accepting and lets its requests finish.
+//! The daemon's listeners, each a task running one of `api::rest`'s servers until the shutdown
+//! signal: the REST API's unix socket, the optional TLS TCP listener and the unauthenticated
+//! `/healthz` + `/metrics` listener. Addresses are taken here, before `READY=1`, so a busy port or
+//! a socket another daemon serves stops the start instead of failing later.
 
 use std::future::Future;
 use std::io::ErrorKind;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use agent::config::Config;
 use anyhow::{Context, bail};
@@ -15,9 +17,13 @@ use tokio::task::JoinSet;
 /// A listener task's outcome: which listener, and how it ended.
 pub type ServerResult = (&'static str, anyhow::Result<()>);
 
-/// Makes `path` free for a new socket: refuses when a live process answers on it, removes a
-/// stale socket a crashed daemon left, creates the parent directory.
-pub fn claim_socket_path(path: &Path) -> anyhow::Result<()> {
+/// How long the REST socket may take to appear once its server task started.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Refuses a socket path a live process serves (another daemon with another state directory),
+/// before anything of ours can answer on it; creates the parent directory. A stale socket is
+/// left for `serve_unix` to replace.
+pub fn check_socket_path(path: &Path) -> anyhow::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating the socket directory {}", parent.display()))?;
@@ -27,58 +33,105 @@ pub fn claim_socket_path(path: &Path) -> anyhow::Result<()> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e).with_context(|| format!("examining {}", path.display())),
     };
-    if !meta.file_type().is_socket() {
-        bail!(
-            "{} exists and is not a socket; remove it or choose another --socket",
-            path.display()
-        );
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+    if meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_ok() {
         bail!(
             "{} is served by another process (another vgpud?); stop it or choose another --socket",
             path.display()
         );
     }
-    std::fs::remove_file(path)
-        .with_context(|| format!("removing the stale socket {}", path.display()))
+    Ok(())
 }
 
-/// Binds the REST API's unix socket now (so it accepts before `READY=1`) and serves `router` on
-/// it in a task until `shutdown`; the socket file is removed when the task ends.
-pub fn spawn_unix(
+/// The socket's group: the configured one, except that a simulated host on a machine without
+/// that group (a developer's laptop) keeps the daemon's own group rather than failing.
+pub fn socket_group(config: &Config, simulated: bool) -> Option<String> {
+    let group = config.api.socket_group.as_str();
+    if group.is_empty() {
+        return None;
+    }
+    if simulated && !group_exists(group) {
+        tracing::warn!(
+            "group {group:?} does not exist: the socket keeps the daemon's group (simulated host)"
+        );
+        return None;
+    }
+    Some(group.to_owned())
+}
+
+fn group_exists(name: &str) -> bool {
+    name.parse::<u32>().is_ok()
+        || std::fs::read_to_string("/etc/group").is_ok_and(|text| {
+            text.lines()
+                .any(|line| line.split(':').next() == Some(name))
+        })
+}
+
+/// Serves the REST API on its unix socket and returns once the socket accepts connections.
+pub async fn spawn_unix(
+    tasks: &mut JoinSet<ServerResult>,
+    router: Router,
+    config: &Config,
+    group: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let path = config.api.socket.clone();
+    check_socket_path(&path)?;
+    let mode = config.api_mode().map_err(anyhow::Error::msg)?;
+    let task = tasks.spawn({
+        let path = path.clone();
+        async move {
+            let served = api::rest::serve_unix(router, &path, mode, group.as_deref(), shutdown)
+                .await
+                .map_err(anyhow::Error::from);
+            ("REST API socket", served)
+        }
+    });
+    let deadline = Instant::now() + SOCKET_TIMEOUT;
+    while tokio::net::UnixStream::connect(&path).await.is_err() {
+        if task.is_finished() {
+            return match tasks.join_next().await {
+                Some(Ok((_, Err(e)))) => Err(e),
+                _ => Err(anyhow::anyhow!(
+                    "the REST API server on {} stopped at once",
+                    path.display()
+                )),
+            };
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the REST API socket {} did not appear in time",
+                path.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// Serves the REST API over TLS when `[api.tcp]` is set; the port is bound before returning.
+pub async fn spawn_tls(
     tasks: &mut JoinSet<ServerResult>,
     router: Router,
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let path = config.api.socket.clone();
-    claim_socket_path(&path)?;
-    let listener = tokio::net::UnixListener::bind(&path)
-        .with_context(|| format!("listening on {}", path.display()))?;
-    let mode = config.api_mode().map_err(anyhow::Error::msg)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-        .with_context(|| format!("setting the mode of {}", path.display()))?;
-    tracing::info!("REST API on unix socket {}", path.display());
+    let Some(tcp) = &config.api.tcp else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind(tcp.listen)
+        .await
+        .with_context(|| format!("listening on {} (api.tcp.listen)", tcp.listen))?;
+    let options = api::rest::TlsOptions::from(tcp);
     tasks.spawn(async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
+        let served = api::rest::serve_tls_listener(router, listener, options, shutdown)
             .await
-            .with_context(|| format!("serving {}", path.display()));
-        remove_socket(&path);
-        ("REST API socket", served)
+            .map_err(anyhow::Error::from);
+        ("TLS listener", served)
     });
     Ok(())
 }
 
-fn remove_socket(path: &PathBuf) {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!("cannot remove the socket {}: {e}", path.display()),
-    }
-}
-
-/// Serves `router` without authentication on the metrics address, when one is configured.
+/// Serves `/healthz` and `/metrics` without authentication when `metrics.listen` is set.
 pub async fn spawn_metrics(
     tasks: &mut JoinSet<ServerResult>,
     router: Router,
@@ -90,7 +143,7 @@ pub async fn spawn_metrics(
     };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("listening on {addr} for /healthz and /metrics"))?;
+        .with_context(|| format!("listening on {addr} (metrics.listen)"))?;
     tracing::info!("/healthz and /metrics on http://{addr}");
     tasks.spawn(async move {
         let served = axum::serve(listener, router)

@@ -304,8 +304,7 @@ fn a_restart_on_the_same_state_directory_keeps_allocations() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "");
     let mut d = start(dir.path(), "first", &[]);
-    let request =
-        r#"{"consumer": "test", "vm": "vm-1", "request": {"type": "3g.40gb", "count": 2}}"#;
+    let request = r#"{"consumer": "test", "vm": "vgpud-demo-vm", "request": {"type": "3g.40gb", "count": 2}}"#;
     let (status, body) = http(&d.socket, "POST", "/v1/allocations", Some(request));
     assert!(status == 200 || status == 201, "{status}: {body}");
     let allocation = json(&body);
