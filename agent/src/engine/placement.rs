@@ -437,15 +437,22 @@ fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
 }
 
 /// How many more slices of `kind` fit on `gpu`, each created alone (first fit, at most 64).
-fn creatable(engine: &Engine, gpu: PciAddress, kind: &SliceKind) -> u32 {
+fn creatable(
+    inventory: &inventory::HostInventory,
+    own: &Ownership,
+    gpu: PciAddress,
+    kind: &SliceKind,
+) -> u32 {
     let spec = SliceSpec {
         gpu,
         kind: kind.clone(),
     };
-    let mut view = engine.sched_view(
-        std::slice::from_ref(&spec),
-        Some(kind.backend()),
-        &Scheduling::default(),
+    let mut view = snapshot::build(
+        inventory,
+        own,
+        Some((kind.backend(), std::slice::from_ref(&spec))),
+        None,
+        &CpuSet::default(),
     );
     let req = sched::Request::new("vgpud:capacity", snapshot::slice_request(kind));
     let mut n = 0;
@@ -464,9 +471,12 @@ pub(crate) fn gpu_detail(engine: &Engine, address: PciAddress) -> Result<GpuDeta
     let inventory = engine.inventory();
     let gpu = inventory
         .gpus
-        .into_iter()
+        .iter()
         .find(|g| g.pci_address == address)
+        .cloned()
         .ok_or_else(|| EngineError::NotFound(format!("GPU {address}")))?;
+    let claims: HashSet<SliceId> = lock(&engine.inner.claims).clone();
+    let own = engine.read(|d| Ownership::of(d, &claims));
     let mut health = GpuHealth::Ok;
     let mut reasons: Vec<String> = gpu.warnings.clone();
     let utilization = match engine.telemetry(address) {
@@ -506,7 +516,7 @@ pub(crate) fn gpu_detail(engine: &Engine, address: PciAddress) -> Result<GpuDeta
                     .filter(|s| s.spec.gpu == address && s.spec.kind.satisfies(&kind))
                     .filter(|s| s.state == super::model::SliceState::Ready)
                     .count() as u32,
-                creatable: creatable(engine, address, &kind),
+                creatable: creatable(&inventory, &own, address, &kind),
                 backend: kind.backend(),
                 slice_type: name,
             })
