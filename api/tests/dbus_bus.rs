@@ -443,12 +443,10 @@ async fn mutations_fail_closed_when_polkit_cannot_answer() {
         fake.set_mode(mode);
         let started = std::time::Instant::now();
         let e = allocate(&client, "nova", "1g.10gb", 1).await.unwrap_err();
-        let want = if mode == Mode::Challenge {
-            "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
-        } else {
-            DENIED
-        };
-        assert_eq!(error_name(&e), want, "{mode:?}: {e}");
+        assert_eq!(error_name(&e), DENIED, "{mode:?}: {e}");
+        if mode == Mode::Challenge {
+            assert!(e.to_string().contains("authentication is required"), "{e}");
+        }
         assert!(started.elapsed() < Duration::from_secs(5), "{mode:?}");
     }
     assert!(agent.service.allocations().is_empty());

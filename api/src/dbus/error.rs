@@ -15,9 +15,6 @@ pub const ERROR_PREFIX: &str = "io.vgpud.Agent1.Error";
 
 /// The standard name for a refused authorization.
 pub const ACCESS_DENIED: &str = "org.freedesktop.DBus.Error.AccessDenied";
-/// The standard name for "ask again, allowing interactive authorization".
-pub const INTERACTIVE_AUTH_REQUIRED: &str =
-    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired";
 /// The standard name for a failure inside vgpud itself.
 pub const FAILED: &str = "org.freedesktop.DBus.Error.Failed";
 
@@ -61,14 +58,6 @@ impl DbusError {
     pub fn access_denied(message: impl Into<String>) -> Self {
         Self {
             name: ACCESS_DENIED,
-            message: message.into(),
-        }
-    }
-
-    /// Polkit wants to ask the user, and the caller did not allow interaction.
-    pub fn interactive_auth_required(message: impl Into<String>) -> Self {
-        Self {
-            name: INTERACTIVE_AUTH_REQUIRED,
             message: message.into(),
         }
     }
@@ -173,7 +162,6 @@ mod tests {
             "{names:?}"
         );
         names.push(ACCESS_DENIED);
-        names.push(INTERACTIVE_AUTH_REQUIRED);
         names.push(FAILED);
         for (_, n) in ENGINE_NAMES {
             names.push(n);

@@ -121,10 +121,14 @@ pub async fn authorize(
     );
     match (authorized, challenge) {
         (true, _) => Ok(()),
-        (false, true) if !interactive => Err(DbusError::interactive_auth_required(format!(
-            "{} needs authentication: call again allowing interactive authorization",
-            action.id()
-        ))),
+        // Every refusal is AccessDenied, so scripts have one name to match; the message says
+        // how to get the password prompt. (The D-Bus specification's
+        // InteractiveAuthorizationRequired would also be allowed here.)
+        (false, true) if !interactive => Err(denied(
+            action,
+            "authentication is required: call again allowing interactive authorization \
+             (busctl does by default) with a polkit agent running",
+        )),
         _ => Err(denied(action, "not authorized by polkit")),
     }
 }
