@@ -271,7 +271,6 @@ impl Service {
             vcpus: vm.as_ref().map(|v| v.vcpus()),
             memory_mib: vm.as_ref().map(|v| v.memory_mib()),
             reserved_cpus: self.reserved_cpus(),
-            ..Scheduling::default()
         };
         match (&self.pinner, vm) {
             (Some(pinner), Some(vm)) => {
