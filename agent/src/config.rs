@@ -120,7 +120,7 @@ pub struct DbusConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LibvirtConfig {
-    /// Connection URI.
+    /// Connection URI; empty turns VM pinning off.
     pub uri: String,
     /// Memory binding mode: `strict`, `preferred` or `restrictive`.
     pub memory_mode: String,
