@@ -47,6 +47,68 @@ macro_rules! text_schema {
 }
 pub(crate) use text_schema;
 
+/// Integers in requests: JSON Schema's `integer` includes `2.0`, so an integral number written
+/// with a fraction part is accepted; anything else that is not a whole non-negative number in
+/// range is refused.
+pub(crate) mod int {
+    use serde::de::{Deserialize, Deserializer, Error};
+
+    fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let n = serde_json::Number::deserialize(d)?;
+        if let Some(u) = n.as_u64() {
+            return Ok(u);
+        }
+        match n.as_f64() {
+            // 2^64 is the first float past u64::MAX.
+            Some(f) if f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+                Ok(f as u64)
+            }
+            _ => Err(D::Error::custom(format!(
+                "invalid value: {n}, expected a whole non-negative number"
+            ))),
+        }
+    }
+
+    /// A `u32`.
+    pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        let v = integral(d)?;
+        u32::try_from(v).map_err(|_| D::Error::custom(format!("{v} is out of range for u32")))
+    }
+
+    /// An optional `u32`.
+    pub fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        Option::<serde_json::Number>::deserialize(d)?
+            .map(|n| u32(n).map_err(D::Error::custom))
+            .transpose()
+    }
+
+    /// An optional `u64`.
+    pub fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Option::<serde_json::Number>::deserialize(d)?
+            .map(|n| integral(n).map_err(D::Error::custom))
+            .transpose()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[derive(serde::Deserialize)]
+        struct T {
+            #[serde(deserialize_with = "super::u32")]
+            n: u32,
+        }
+
+        #[test]
+        fn whole_numbers_with_a_fraction_part_count() {
+            let n = |s: &str| serde_json::from_str::<T>(s).map(|t| t.n);
+            assert_eq!(n(r#"{"n": 32.0}"#).unwrap(), 32);
+            assert_eq!(n(r#"{"n": 7}"#).unwrap(), 7);
+            for bad in [r#"{"n": 1.5}"#, r#"{"n": -1}"#, r#"{"n": "2"}"#, r#"{"n": 4294967296}"#, r#"{"n": null}"#] {
+                assert!(n(bad).is_err(), "{bad}");
+            }
+        }
+    }
+}
+
 /// Checks free text (consumer, VM, key, type) against [`MAX_TEXT_CHARS`] and [`TEXT_PATTERN`].
 pub fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
     let n = value.chars().count();

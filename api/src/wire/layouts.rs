@@ -39,7 +39,7 @@ pub struct PciAddressText(pub String);
 /// A GPU's index in PCI address order (0 to 1023).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct GpuIndex(pub u32);
+pub struct GpuIndex(#[serde(deserialize_with = "super::int::u32")] pub u32);
 
 /// A PCI id, `vendor:device` in lower-case hex (`10de:20b2`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +73,7 @@ pub struct LayoutEntry {
     pub slice_type: String,
     /// How many.
     #[schema(minimum = 0, maximum = 64)]
+    #[serde(deserialize_with = "super::int::u32")]
     pub count: u32,
 }
 

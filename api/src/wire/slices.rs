@@ -26,6 +26,7 @@ pub enum SliceKind {
     NvidiaVfio {
         /// The vGPU type id, e.g. 1421.
         #[schema(minimum = 1, maximum = 4294967295_u64)]
+        #[serde(deserialize_with = "super::int::u32")]
         vgpu_type: u32,
     },
     /// A plain SR-IOV VF bound to vfio-pci.
@@ -36,7 +37,11 @@ pub enum SliceKind {
         #[schema(pattern = r"^[1-8]g\.[1-9][0-9]{0,3}gb([+-][a-z]+(\.[a-z]+)*)*$", example = "3g.40gb")]
         profile: String,
         /// The start slot; absent: vgpud chooses.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "super::int::opt_u32"
+        )]
         #[schema(minimum = 0, maximum = 7)]
         start: Option<u32>,
     },
@@ -291,7 +296,7 @@ pub struct SliceRequest {
     #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "3g.40gb")]
     pub slice_type: String,
     /// How many slices: all or none.
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "super::int::u32")]
     #[schema(minimum = 1, maximum = 64, default = 1)]
     pub count: u32,
     /// Only this GPU (canonical PCI address).
@@ -303,11 +308,19 @@ pub struct SliceRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_policy: Option<NumaPolicy>,
     /// The VM's vCPUs to place (default: what its libvirt domain says).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::int::opt_u32"
+    )]
     #[schema(minimum = 1, maximum = 4096)]
     pub vcpus: Option<u32>,
     /// The VM's memory in MiB to place (default: what its libvirt domain says).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::int::opt_u64"
+    )]
     #[schema(minimum = 1, maximum = 1073741824_u64)]
     pub memory_mib: Option<u64>,
 }
