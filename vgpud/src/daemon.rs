@@ -211,8 +211,20 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
     let simulated = args.sim.is_some();
-    start_listeners(&mut servers, &service, &config, simulated, &stop_rx).await?;
-    let dbus = start_dbus(&service, &config, simulated).await?;
+    let started = async {
+        start_listeners(&mut servers, &service, &config, simulated, &stop_rx).await?;
+        start_dbus(&service, &config, simulated).await
+    }
+    .await;
+    let dbus = match started {
+        Ok(dbus) => dbus,
+        Err(e) => {
+            // Listeners already up close properly (the socket file goes with them).
+            let _ = stop_tx.send(true);
+            drain(&mut servers).await;
+            return Err(e);
+        }
+    };
 
     let status = blocking(&service, {
         let config = config.clone();

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -147,8 +148,24 @@ fn wait_child(child: &mut Child, timeout: Duration, log: &Path) -> ExitStatus {
 
 /// One HTTP/1.1 request over the unix socket; the status and the (de-chunked) body.
 fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let mut s = UnixStream::connect(socket).unwrap();
+    let s = UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    http_on(s, method, path, body)
+}
+
+/// The same over TCP.
+fn http_tcp(port: u16, method: &str, path: &str) -> (u16, String) {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    http_on(s, method, path, None)
+}
+
+fn http_on(
+    mut s: impl Read + Write,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
     let body = body.unwrap_or("");
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -304,8 +321,7 @@ fn a_restart_on_the_same_state_directory_keeps_allocations() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "");
     let mut d = start(dir.path(), "first", &[]);
-    let request = r#"{"consumer": "test", "vm": "vgpud-demo-vm", "request": {"type": "3g.40gb", "count": 2}}"#;
-    let (status, body) = http(&d.socket, "POST", "/v1/allocations", Some(request));
+    let (status, body) = http(&d.socket, "POST", "/v1/allocations", Some(TWO_MIG_SLICES));
     assert!(status == 200 || status == 201, "{status}: {body}");
     let allocation = json(&body);
     let id = allocation["id"].as_str().unwrap().to_owned();
@@ -403,4 +419,237 @@ fn sighup_applies_the_reconcile_interval_and_names_what_needs_a_restart() {
     assert!(log.contains("engine.reconcile_interval_s"), "{log}");
     assert_eq!(http(&d.socket, "GET", "/healthz", None).0, 200);
     assert!(d.stop().success());
+}
+
+const TWO_MIG_SLICES: &str =
+    r#"{"consumer": "test", "vm": "vgpud-demo-vm", "request": {"type": "3g.40gb", "count": 2}}"#;
+
+#[test]
+fn sigterm_lets_an_allocation_in_flight_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let mut d = start(dir.path(), "first", &[]);
+    // The MIG instance creation takes 1.5 s: SIGTERM arrives in the middle of it.
+    let fault = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+        .args(["sim", "fault", "--state-dir"])
+        .arg(dir.path().join("state/sim"))
+        .arg("nvml:nvmlDeviceCreateGpuInstanceWithPlacement=hang:1500,times=1")
+        .status()
+        .unwrap();
+    assert!(fault.success());
+    let socket = d.socket.clone();
+    let sent = Instant::now();
+    let request = std::thread::spawn(move || {
+        let answer = http(&socket, "POST", "/v1/allocations", Some(TWO_MIG_SLICES));
+        (answer, Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    let signalled = Instant::now();
+    d.signal("TERM");
+    let ((status, body), answered) = request.join().unwrap();
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        answered > signalled && answered - sent >= Duration::from_millis(1400),
+        "the request was not in flight at SIGTERM"
+    );
+    let exit = d.wait(Duration::from_secs(30));
+    assert!(exit.success(), "{exit}: {}", d.log_text());
+
+    // Nothing was left half done: no intent to resolve, the allocation is there.
+    let mut d = start(dir.path(), "second", &[]);
+    let log = d.log_text();
+    assert!(log.contains("0 interrupted operations resolved"), "{log}");
+    let (_, body) = http(&d.socket, "GET", "/v1/allocations", None);
+    let allocations = json(&body);
+    assert_eq!(allocations.as_array().unwrap().len(), 1, "{body}");
+    assert!(d.stop().success());
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn the_metrics_listener_serves_health_and_metrics_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let mut d = start(dir.path(), "vgpud", &[]);
+    assert_eq!(http_tcp(port, "GET", "/healthz").0, 200);
+    let (status, body) = http_tcp(port, "GET", "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    // The API itself is never served there.
+    assert_eq!(http_tcp(port, "GET", "/v1/host").0, 404);
+    assert!(d.stop().success());
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+fn curl_status(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_tls_listener_serves_only_authenticated_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl req");
+    let token = "daemon-test-token-0123456789abcdef";
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("test {token}\n")).unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "[api.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = \"{}\"\nkey = \"{}\"\ntokens_file = \"{}\"\n",
+            cert.display(),
+            key.display(),
+            tokens.display()
+        ),
+    );
+    let mut d = start(dir.path(), "vgpud", &[]);
+    let url = format!("https://127.0.0.1:{port}/v1/host");
+    let cacert = cert.to_str().unwrap();
+    let bearer = format!("Authorization: Bearer {token}");
+    assert_eq!(
+        curl_status(&["--cacert", cacert, "-H", &bearer, &url]),
+        "200"
+    );
+    assert_eq!(curl_status(&["--cacert", cacert, &url]), "401");
+    // Plain HTTP on the TLS port gets no HTTP answer at all.
+    let plain = format!("http://127.0.0.1:{port}/v1/host");
+    assert_ne!(curl_status(&[&plain]), "200");
+    assert!(d.stop().success());
+}
+
+/// Starts a private bus (a dbus-daemon with the session policy) and returns it with its address.
+fn private_bus(dir: &Path) -> Option<(Child, String)> {
+    let address = format!("unix:path={}", dir.join("bus").display());
+    let child = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--nopidfile"])
+        .arg(format!("--address={address}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: dbus-daemon cannot run here ({e}); CI requires it");
+            return None;
+        }
+        Err(e) => panic!("dbus-daemon: {e}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dir.join("bus").exists() {
+        assert!(Instant::now() < deadline, "the private bus did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((child, address))
+}
+
+fn bus_names(address: &str) -> String {
+    let out = Command::new("busctl")
+        .arg(format!("--address={address}"))
+        .args(["list", "--no-pager", "--no-legend"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn serves_dbus_on_the_bus_it_is_given_and_gives_the_name_back_on_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let Some((mut bus, address)) = private_bus(dir.path()) else {
+        return;
+    };
+    let mut d = start(
+        dir.path(),
+        "vgpud",
+        &[("DBUS_SYSTEM_BUS_ADDRESS", address.as_str())],
+    );
+    let log = d.wait_for_log("ready:", Duration::from_secs(10));
+    assert!(log.contains("D-Bus: serving io.vgpud.Agent1"), "{log}");
+    assert!(bus_names(&address).contains("io.vgpud.Agent1"));
+    assert!(d.stop().success());
+    assert!(!bus_names(&address).contains("io.vgpud.Agent1"));
+    let _ = bus.kill();
+    let _ = bus.wait();
+}
+
+#[test]
+fn on_a_real_host_a_missing_system_bus_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    // A real (not simulated) host: an empty sysfs tree, libvirt off.
+    write_config(
+        dir.path(),
+        &format!(
+            "sysfs_root = \"{}\"\n[api]\nsocket_group = \"\"\n[libvirt]\nuri = \"\"\n",
+            root.display()
+        ),
+    );
+    let log = dir.path().join("vgpud.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vgpud"));
+    cmd.arg("run")
+        .arg("--config")
+        .arg(dir.path().join("vgpud.toml"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--socket")
+        .arg(dir.path().join("api.sock"))
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            format!("unix:path={}", dir.path().join("no-bus").display()),
+        )
+        .env_remove("NOTIFY_SOCKET")
+        .stderr(std::fs::File::create(&log).unwrap());
+    let status = wait_child(&mut cmd.spawn().unwrap(), START_TIMEOUT, &log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("cannot serve io.vgpud.Agent1") && text.contains("--no-dbus"),
+        "{text}"
+    );
+    // The listener that was already up closed properly.
+    assert!(!dir.path().join("api.sock").exists());
 }
