@@ -31,7 +31,10 @@ async fn trusted(mut req: Request, next: Next) -> axum::response::Response {
 async fn main() -> anyhow::Result<()> {
     let profile = arg("--profile", "dgx-a100");
     let listen: SocketAddr = arg("--listen", "127.0.0.1:18080").parse()?;
-    anyhow::ensure!(listen.ip().is_loopback(), "{listen}: this test server listens on loopback only");
+    anyhow::ensure!(
+        listen.ip().is_loopback(),
+        "{listen}: this test server listens on loopback only"
+    );
     let dir = tempfile::tempdir()?;
     let sim = sim::SimHost::new(sim::Profile::builtin(&profile)?)?;
     let engine = Engine::open(EngineConfig::new(dir.path(), agent::host::sim_access(&sim)))?;

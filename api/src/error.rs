@@ -259,7 +259,11 @@ mod tests {
     fn engine_codes_keep_their_code_and_get_a_status() {
         let cases = [
             (EngineError::NotFound("x".into()), 404, "not_found"),
-            (EngineError::InvalidRequest("x".into()), 422, "invalid_request"),
+            (
+                EngineError::InvalidRequest("x".into()),
+                422,
+                "invalid_request",
+            ),
             (EngineError::Conflict("x".into()), 409, "conflict"),
             (EngineError::Busy("x".into()), 409, "busy"),
             (EngineError::NoCapacity("x".into()), 409, "no_capacity"),

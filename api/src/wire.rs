@@ -27,8 +27,7 @@ pub const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]+$";
 pub const PCI_PATTERN: &str = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$";
 
 /// The pattern of a canonical UUID (hyphenated, lower case).
-pub const UUID_PATTERN: &str =
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+pub const UUID_PATTERN: &str = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
 
 /// Implements the OpenAPI schema of a string newtype with a pattern.
 macro_rules! text_schema {
@@ -102,7 +101,13 @@ pub(crate) mod int {
             let n = |s: &str| serde_json::from_str::<T>(s).map(|t| t.n);
             assert_eq!(n(r#"{"n": 32.0}"#).unwrap(), 32);
             assert_eq!(n(r#"{"n": 7}"#).unwrap(), 7);
-            for bad in [r#"{"n": 1.5}"#, r#"{"n": -1}"#, r#"{"n": "2"}"#, r#"{"n": 4294967296}"#, r#"{"n": null}"#] {
+            for bad in [
+                r#"{"n": 1.5}"#,
+                r#"{"n": -1}"#,
+                r#"{"n": "2"}"#,
+                r#"{"n": 4294967296}"#,
+                r#"{"n": null}"#,
+            ] {
                 assert!(n(bad).is_err(), "{bad}");
             }
         }
@@ -113,7 +118,9 @@ pub(crate) mod int {
 pub fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
     let n = value.chars().count();
     if n == 0 {
-        return Err(ApiError::Unprocessable(format!("{field}: must not be empty")));
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: must not be empty"
+        )));
     }
     if n > MAX_TEXT_CHARS {
         return Err(ApiError::Unprocessable(format!(
@@ -154,7 +161,14 @@ mod tests {
     #[test]
     fn pci_addresses_only_in_canonical_form() {
         assert!(parse_pci("gpu", "0000:07:00.0").is_ok());
-        for bad in ["7:0.0", "0000:07:00.0 ", "0000:07:00.A", "0000:07:00.8", "../x", ""] {
+        for bad in [
+            "7:0.0",
+            "0000:07:00.0 ",
+            "0000:07:00.A",
+            "0000:07:00.8",
+            "../x",
+            "",
+        ] {
             assert!(parse_pci("gpu", bad).is_err(), "{bad}");
         }
         assert!(parse_pci("gpu", "0000:0A:00.0").is_err());

@@ -22,7 +22,10 @@ async fn host_and_gpus() {
     let host = host.json();
     let inventory = serde_json::to_value(rig.service.host()).unwrap();
     assert_eq!(host["hostname"], inventory["hostname"]);
-    assert_eq!(host["gpus"], inventory["gpus"], "GET /v1/host is `vgpud inventory --json`");
+    assert_eq!(
+        host["gpus"], inventory["gpus"],
+        "GET /v1/host is `vgpud inventory --json`"
+    );
     assert!(!host["numa_nodes"].as_array().unwrap().is_empty());
 
     let gpus = rig.get("/v1/gpus").await.json();
@@ -38,19 +41,33 @@ async fn host_and_gpus() {
     assert_eq!(small["backend"], "mig");
 
     let score = rig
-        .post("/v1/placement-score", json!({"type": "3g.40gb", "count": 2}))
+        .post(
+            "/v1/placement-score",
+            json!({"type": "3g.40gb", "count": 2}),
+        )
         .await;
     assert_eq!(score.status, 200, "{}", score.text());
     let score = score.json();
     assert_eq!(score["feasible"], true, "{score}");
     assert_eq!(score["placements"].as_array().unwrap().len(), 2, "{score}");
     let impossible = rig
-        .post("/v1/placement-score", json!({"type": "7g.80gb", "count": 9}))
+        .post(
+            "/v1/placement-score",
+            json!({"type": "7g.80gb", "count": 9}),
+        )
         .await
         .json();
     assert_eq!(impossible["feasible"], false, "{impossible}");
     assert!(impossible["reason"].is_string());
-    assert!(rig.get("/v1/slices").await.json().as_array().unwrap().is_empty(), "a dry run");
+    assert!(
+        rig.get("/v1/slices")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "a dry run"
+    );
 
     let missing = rig.get("/v1/gpus/0000:99:00.0").await;
     assert_eq!(missing.status, 404);
@@ -77,7 +94,10 @@ async fn slices_lifecycle() {
     assert_eq!(slice["state"], "ready");
     assert_eq!(slice["type"], "1g.10gb");
     assert_eq!(slice["backend"], "mig");
-    assert_eq!(slice["kind"], json!({"backend": "mig", "profile": "1g.10gb", "start": 6}));
+    assert_eq!(
+        slice["kind"],
+        json!({"backend": "mig", "profile": "1g.10gb", "start": 6})
+    );
     assert!(slice["gpu_instance_id"].is_u64());
 
     let listed = rig.get("/v1/slices").await.json();
@@ -107,14 +127,25 @@ async fn slices_lifecycle() {
 async fn allocations_with_idempotency() {
     let rig = Rig::start("dgx-a100").await;
     let body = json!({"consumer": "nova", "vm": "vm-1", "request": {"type": "3g.40gb", "count": 2, "gpu": A100}});
-    let key = [("content-type", "application/json"), ("idempotency-key", "req-0001")];
+    let key = [
+        ("content-type", "application/json"),
+        ("idempotency-key", "req-0001"),
+    ];
     let first = rig
-        .call("POST", "/v1/allocations", &key, Some(serde_json::to_vec(&body).unwrap()))
+        .call(
+            "POST",
+            "/v1/allocations",
+            &key,
+            Some(serde_json::to_vec(&body).unwrap()),
+        )
         .await;
     assert_eq!(first.status, 201, "{}", first.text());
     let alloc = first.json();
     let id = alloc["id"].as_str().unwrap().to_owned();
-    assert_eq!(first.header("location").unwrap(), format!("/v1/allocations/{id}"));
+    assert_eq!(
+        first.header("location").unwrap(),
+        format!("/v1/allocations/{id}")
+    );
     assert_eq!(alloc["consumer"], "nova");
     assert_eq!(alloc["vm"], "vm-1");
     let slices = alloc["slices"].as_array().unwrap();
@@ -128,19 +159,40 @@ async fn allocations_with_idempotency() {
 
     // The retry returns the same allocation, not a second one.
     let retry = rig
-        .call("POST", "/v1/allocations", &key, Some(serde_json::to_vec(&body).unwrap()))
+        .call(
+            "POST",
+            "/v1/allocations",
+            &key,
+            Some(serde_json::to_vec(&body).unwrap()),
+        )
         .await;
     assert!(retry.status.is_success(), "{}", retry.text());
     assert_eq!(retry.json()["id"], alloc["id"]);
-    assert_eq!(rig.get("/v1/allocations").await.json().as_array().unwrap().len(), 1);
+    assert_eq!(
+        rig.get("/v1/allocations")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 
     // The slices show who holds them.
     let held = rig.get("/v1/slices").await.json();
-    assert!(held.as_array().unwrap().iter().all(|s| s["state"] == "allocated" && s["allocation"] == alloc["id"]));
+    assert!(
+        held.as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "allocated" && s["allocation"] == alloc["id"])
+    );
 
     // A third 3g.40gb does not fit next to two on the A100 (7 compute slices).
     let full = rig
-        .post("/v1/allocations", json!({"consumer": "c2", "request": {"type": "3g.40gb", "gpu": A100}}))
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "c2", "request": {"type": "3g.40gb", "gpu": A100}}),
+        )
         .await;
     assert_eq!(full.status, 409, "{}", full.text());
     assert_eq!(full.error_code(), "no_capacity");
@@ -148,13 +200,25 @@ async fn allocations_with_idempotency() {
     let one = rig.get(&format!("/v1/allocations/{id}")).await;
     assert_eq!(one.status, 200);
     assert_eq!(one.json(), alloc);
-    assert_eq!(rig.delete(&format!("/v1/allocations/{id}")).await.status, 204);
+    assert_eq!(
+        rig.delete(&format!("/v1/allocations/{id}")).await.status,
+        204
+    );
     assert_eq!(rig.get(&format!("/v1/allocations/{id}")).await.status, 404);
     let freed = rig.get("/v1/slices").await.json();
-    assert!(freed.as_array().unwrap().iter().all(|s| s["state"] == "ready"));
+    assert!(
+        freed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "ready")
+    );
 
     let unknown_type = rig
-        .post("/v1/allocations", json!({"consumer": "c", "request": {"type": "9g.999gb"}}))
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "c", "request": {"type": "9g.999gb"}}),
+        )
         .await;
     assert_eq!(unknown_type.status, 422);
     assert_eq!(unknown_type.error_code(), "invalid_request");
@@ -164,7 +228,10 @@ async fn allocations_with_idempotency() {
 async fn mdev_allocation_carries_its_uuid() {
     let rig = Rig::start("vdi-mixed").await;
     let made = rig
-        .post("/v1/allocations", json!({"consumer": "vdi", "request": {"type": "nvidia-222", "gpu": T4}}))
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "vdi", "request": {"type": "nvidia-222", "gpu": T4}}),
+        )
         .await;
     assert_eq!(made.status, 201, "{}", made.text());
     let s = &made.json()["slices"][0];
@@ -196,14 +263,27 @@ async fn layouts_are_applied_through_operations_with_etags() {
     let layouts = json!({"layouts": [{"name": "small", "selector": {"addresses": [A100]}, "slices": [{"type": "1g.10gb", "count": 7}]}]});
     let body = serde_json::to_vec(&layouts).unwrap();
     let stale = rig
-        .call("PUT", "/v1/layouts", &[("content-type", "application/json"), ("if-match", "\"0000\"")], Some(body.clone()))
+        .call(
+            "PUT",
+            "/v1/layouts",
+            &[
+                ("content-type", "application/json"),
+                ("if-match", "\"0000\""),
+            ],
+            Some(body.clone()),
+        )
         .await;
     assert_eq!(stale.status, 412);
     assert_eq!(stale.error_code(), "precondition_failed");
     assert_eq!(stale.json()["details"]["etag"], etag.as_str());
 
     let accepted = rig
-        .call("PUT", "/v1/layouts", &[("content-type", "application/json"), ("if-match", &etag)], Some(body))
+        .call(
+            "PUT",
+            "/v1/layouts",
+            &[("content-type", "application/json"), ("if-match", &etag)],
+            Some(body),
+        )
         .await;
     assert_eq!(accepted.status, 202, "{}", accepted.text());
     let location = accepted.header("location").unwrap();
@@ -215,7 +295,10 @@ async fn layouts_are_applied_through_operations_with_etags() {
     let after = rig.get("/v1/layouts").await;
     assert_ne!(after.header("etag").unwrap(), etag);
     assert_eq!(after.json()["layouts"][0]["name"], "small");
-    assert_eq!(rig.get("/v1/slices").await.json().as_array().unwrap().len(), 7);
+    assert_eq!(
+        rig.get("/v1/slices").await.json().as_array().unwrap().len(),
+        7
+    );
 
     // A layout naming a type the GPU does not offer fails in the operation, changing nothing.
     let bad = json!({"layouts": [{"name": "bad", "slices": [{"type": "nvidia-999", "count": 1}]}]});
@@ -224,9 +307,14 @@ async fn layouts_are_applied_through_operations_with_etags() {
     let op = wait_operation(&rig, &accepted.header("location").unwrap()).await;
     assert_eq!(op["state"], "failed", "{op}");
     assert_eq!(op["error"]["code"], "invalid_request");
-    assert_eq!(rig.get("/v1/layouts").await.json()["layouts"][0]["name"], "small");
+    assert_eq!(
+        rig.get("/v1/layouts").await.json()["layouts"][0]["name"],
+        "small"
+    );
 
-    let nope = rig.get("/v1/operations/6f1c1a52-8d3e-4b9a-9d7e-1f2a3b4c5d6e").await;
+    let nope = rig
+        .get("/v1/operations/6f1c1a52-8d3e-4b9a-9d7e-1f2a3b4c5d6e")
+        .await;
     assert_eq!(nope.status, 404);
     assert_eq!(nope.error_code(), "not_found");
 }
@@ -236,7 +324,9 @@ async fn events_stream_as_server_sent_events() {
     let rig = Rig::start("dgx-a100").await;
     let stream = tokio::net::UnixStream::connect(&rig.socket).await.unwrap();
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let req = hyper::Request::get("/v1/events")
         .header("host", "vgpud")
@@ -248,7 +338,10 @@ async fn events_stream_as_server_sent_events() {
     let mut body = resp.into_body();
 
     let made = rig
-        .post("/v1/allocations", json!({"consumer": "ev", "request": {"type": "1g.10gb"}}))
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "ev", "request": {"type": "1g.10gb"}}),
+        )
         .await;
     assert_eq!(made.status, 201);
     let id = made.json()["id"].as_str().unwrap().to_owned();
@@ -271,7 +364,8 @@ async fn events_stream_as_server_sent_events() {
         .skip_while(|l| *l != "event: allocation_created")
         .nth(1)
         .unwrap();
-    let data: serde_json::Value = serde_json::from_str(line.strip_prefix("data: ").unwrap()).unwrap();
+    let data: serde_json::Value =
+        serde_json::from_str(line.strip_prefix("data: ").unwrap()).unwrap();
     assert_eq!(data["event"], "allocation_created");
     assert_eq!(data["allocation"], id.as_str());
     assert_eq!(data["consumer"], "ev");
@@ -280,11 +374,18 @@ async fn events_stream_as_server_sent_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_openapi_and_unknown_routes() {
     let rig = Rig::start("dgx-a100").await;
-    rig.post("/v1/allocations", json!({"consumer": "m", "request": {"type": "1g.10gb"}})).await;
+    rig.post(
+        "/v1/allocations",
+        json!({"consumer": "m", "request": {"type": "1g.10gb"}}),
+    )
+    .await;
     let metrics = rig.get("/metrics").await;
     assert_eq!(metrics.status, 200);
     let text = metrics.text();
-    assert!(text.contains("vgpud_slices{state=\"allocated\",backend=\"mig\"} 1"), "{text}");
+    assert!(
+        text.contains("vgpud_slices{state=\"allocated\",backend=\"mig\"} 1"),
+        "{text}"
+    );
     assert!(text.contains("vgpud_allocations 1"), "{text}");
     assert!(text.contains("vgpud_gpus 8"), "{text}");
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
@@ -318,7 +419,9 @@ async fn mutations_need_an_identified_caller() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let (_sim, service) =
-        tokio::task::spawn_blocking(move || rest_common::service_on("dgx-a100", &state)).await.unwrap();
+        tokio::task::spawn_blocking(move || rest_common::service_on("dgx-a100", &state))
+            .await
+            .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = rest::router(service.clone(), RestOptions::default());
@@ -328,8 +431,16 @@ async fn mutations_need_an_identified_caller() {
     let read = rest_common::send(tcp, "GET", "/v1/slices", &[], None).await;
     assert_eq!(read.status, 200);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = serde_json::to_vec(&json!({"consumer": "x", "request": {"type": "1g.10gb"}})).unwrap();
-    let write = rest_common::send(tcp, "POST", "/v1/allocations", &[("content-type", "application/json")], Some(body)).await;
+    let body =
+        serde_json::to_vec(&json!({"consumer": "x", "request": {"type": "1g.10gb"}})).unwrap();
+    let write = rest_common::send(
+        tcp,
+        "POST",
+        "/v1/allocations",
+        &[("content-type", "application/json")],
+        Some(body),
+    )
+    .await;
     assert_eq!(write.status, 401);
     assert_eq!(write.error_code(), "unauthenticated");
     assert!(service.allocations().is_empty());

@@ -45,7 +45,9 @@ impl Pki {
         let mut params =
             CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
-        params.distinguished_name.push(DnType::OrganizationName, "Example");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "Example");
         params.extended_key_usages = vec![usage];
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
@@ -78,11 +80,16 @@ async fn start(pki: &Pki) -> Server {
         key: write("server.key", &server.key_pem),
         client_ca: Some(write("clients-ca.crt", &pki.ca.pem())),
         allowed_subjects: vec!["CN=nova-compute".into()],
-        tokens_file: Some(write("tokens", &format!("# control plane\ncontrol {TOKEN}\n"))),
+        tokens_file: Some(write(
+            "tokens",
+            &format!("# control plane\ncontrol {TOKEN}\n"),
+        )),
     };
     let state = dir.path().join("state");
     let (_sim, service) =
-        tokio::task::spawn_blocking(move || rest_common::service_on("dgx-a100", &state)).await.unwrap();
+        tokio::task::spawn_blocking(move || rest_common::service_on("dgx-a100", &state))
+            .await
+            .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = rest::router(service.clone(), RestOptions::default());
@@ -145,11 +152,16 @@ async fn tls_needs_an_allowed_certificate_or_a_token() {
     let server = start(&pki).await;
     let nova = pki.leaf("nova-compute", &[], ExtendedKeyUsagePurpose::ClientAuth);
     let intruder = pki.leaf("intruder", &[], ExtendedKeyUsagePurpose::ClientAuth);
-    let stranger = Pki::new("someone else").leaf("nova-compute", &[], ExtendedKeyUsagePurpose::ClientAuth);
+    let stranger =
+        Pki::new("someone else").leaf("nova-compute", &[], ExtendedKeyUsagePurpose::ClientAuth);
 
     // Nothing presented: 401, reading or writing.
     for (method, body) in [("GET", None), ("POST", Some(alloc_body("anon")))] {
-        let path = if method == "GET" { "/v1/host" } else { "/v1/allocations" };
+        let path = if method == "GET" {
+            "/v1/host"
+        } else {
+            "/v1/allocations"
+        };
         let r = call(&server, None, method, path, &[], body).await.unwrap();
         assert_eq!(r.status, 401, "{method}: {}", r.text());
         assert_eq!(r.error_code(), "unauthenticated");
@@ -157,34 +169,95 @@ async fn tls_needs_an_allowed_certificate_or_a_token() {
     }
 
     // An allowed certificate.
-    let r = call(&server, Some(&nova), "GET", "/v1/host", &[], None).await.unwrap();
+    let r = call(&server, Some(&nova), "GET", "/v1/host", &[], None)
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
-    let r = call(&server, Some(&nova), "POST", "/v1/allocations", &[], Some(alloc_body("nova"))).await.unwrap();
+    let r = call(
+        &server,
+        Some(&nova),
+        "POST",
+        "/v1/allocations",
+        &[],
+        Some(alloc_body("nova")),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
 
     // A certificate from the CA whose subject is not allowed: 403.
-    let r = call(&server, Some(&intruder), "POST", "/v1/allocations", &[], Some(alloc_body("intruder"))).await.unwrap();
+    let r = call(
+        &server,
+        Some(&intruder),
+        "POST",
+        "/v1/allocations",
+        &[],
+        Some(alloc_body("intruder")),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 403, "{}", r.text());
     assert_eq!(r.error_code(), "forbidden");
-    let r = call(&server, Some(&intruder), "GET", "/v1/allocations", &[], None).await.unwrap();
+    let r = call(
+        &server,
+        Some(&intruder),
+        "GET",
+        "/v1/allocations",
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 403);
 
     // A certificate from another CA: the handshake fails, nothing is served.
     let r = call(&server, Some(&stranger), "GET", "/v1/host", &[], None).await;
-    assert!(r.is_none(), "a certificate from another CA was served: {:?}", r.map(|r| r.status));
+    assert!(
+        r.is_none(),
+        "a certificate from another CA was served: {:?}",
+        r.map(|r| r.status)
+    );
 
     // Bearer tokens.
     let bearer = format!("Bearer {TOKEN}");
-    let r = call(&server, None, "POST", "/v1/allocations", &[("authorization", &bearer)], Some(alloc_body("control"))).await.unwrap();
+    let r = call(
+        &server,
+        None,
+        "POST",
+        "/v1/allocations",
+        &[("authorization", &bearer)],
+        Some(alloc_body("control")),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 201, "{}", r.text());
-    for bad in [format!("Bearer {TOKEN}x"), "Bearer ".into(), format!("Basic {TOKEN}"), TOKEN.into()] {
-        let r = call(&server, None, "POST", "/v1/allocations", &[("authorization", &bad)], Some(alloc_body("bad"))).await.unwrap();
+    for bad in [
+        format!("Bearer {TOKEN}x"),
+        "Bearer ".into(),
+        format!("Basic {TOKEN}"),
+        TOKEN.into(),
+    ] {
+        let r = call(
+            &server,
+            None,
+            "POST",
+            "/v1/allocations",
+            &[("authorization", &bad)],
+            Some(alloc_body("bad")),
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, 401, "{bad}: {}", r.text());
         assert_eq!(r.error_code(), "unauthenticated");
     }
 
     // Only the two authenticated allocations exist.
-    let consumers: Vec<String> = server.service.allocations().into_iter().map(|a| a.consumer).collect();
+    let consumers: Vec<String> = server
+        .service
+        .allocations()
+        .into_iter()
+        .map(|a| a.consumer)
+        .collect();
     assert_eq!(consumers.len(), 2, "{consumers:?}");
     assert!(consumers.contains(&"nova".to_owned()) && consumers.contains(&"control".to_owned()));
 }
@@ -198,10 +271,13 @@ async fn plain_http_on_the_tls_port_is_refused() {
         .await
         .unwrap();
     let mut answer = Vec::new();
-    tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tcp.read_to_end(&mut answer),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let text = String::from_utf8_lossy(&answer);
     assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
     assert!(text.contains("HTTPS only"), "{text}");
@@ -218,7 +294,9 @@ async fn a_tcp_listener_without_authentication_does_not_start() {
     std::fs::write(&key, &server.key_pem).unwrap();
     let state = dir.path().join("state");
     let (_sim, service) =
-        tokio::task::spawn_blocking(move || rest_common::service_on("single-gpu", &state)).await.unwrap();
+        tokio::task::spawn_blocking(move || rest_common::service_on("single-gpu", &state))
+            .await
+            .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let options = TlsOptions {
         cert,

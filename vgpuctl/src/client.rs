@@ -119,7 +119,8 @@ impl Client {
         let json = if data.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&data).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&data).into_owned()))
+            serde_json::from_slice(&data)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&data).into_owned()))
         };
         if !parts.status.is_success() {
             return Err(Failure::Server {
@@ -152,7 +153,9 @@ impl Client {
         let mut pending = String::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| Failure::Other(format!("event stream: {e}")))?;
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             pending.push_str(&String::from_utf8_lossy(&data));
             while let Some(end) = pending.find("\n\n") {
                 let block: String = pending.drain(..end + 2).collect();

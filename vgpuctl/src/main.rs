@@ -21,7 +21,10 @@ use table::{Table, cell};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("vgpuctl: cannot start: {e}");
@@ -51,40 +54,92 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
     match &cli.command {
         Command::Host => show(json, client.get("/v1/host").await?, host_text),
         Command::Gpus => show(json, client.get("/v1/gpus").await?, gpus_text),
-        Command::Gpu { address } => show(json, client.get(&format!("/v1/gpus/{}", segment(address)?)).await?, gpu_text),
+        Command::Gpu { address } => show(
+            json,
+            client
+                .get(&format!("/v1/gpus/{}", segment(address)?))
+                .await?,
+            gpu_text,
+        ),
         Command::Slices => show(json, client.get("/v1/slices").await?, slices_text),
-        Command::Slice(SliceCommand::Create { gpu, kind, consumer, vm }) => {
+        Command::Slice(SliceCommand::Create {
+            gpu,
+            kind,
+            consumer,
+            vm,
+        }) => {
             let mut body = json!({"gpu": gpu, "kind": parse_kind(kind)?});
             if let Some(c) = consumer {
                 body["owner"] = json!({"consumer": c, "vm": vm});
             }
-            let made = client.call("POST", "/v1/slices", &[], Some(&body)).await?.body;
+            let made = client
+                .call("POST", "/v1/slices", &[], Some(&body))
+                .await?
+                .body;
             show(json, made, |v| slices_text(&json!([v])))
         }
         Command::Slice(SliceCommand::Destroy { id }) => {
-            client.call("DELETE", &format!("/v1/slices/{}", segment(id)?), &[], None).await?;
+            client
+                .call("DELETE", &format!("/v1/slices/{}", segment(id)?), &[], None)
+                .await?;
             Ok(done(json, &format!("slice {id} destroyed\n")))
         }
-        Command::Alloc(AllocCommand::Create { consumer, vm, idempotency_key, request }) => {
+        Command::Alloc(AllocCommand::Create {
+            consumer,
+            vm,
+            idempotency_key,
+            request,
+        }) => {
             let body = json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
-            let headers: Vec<(&str, &str)> = idempotency_key.iter().map(|k| ("idempotency-key", k.as_str())).collect();
-            let made = client.call("POST", "/v1/allocations", &headers, Some(&body)).await?.body;
+            let headers: Vec<(&str, &str)> = idempotency_key
+                .iter()
+                .map(|k| ("idempotency-key", k.as_str()))
+                .collect();
+            let made = client
+                .call("POST", "/v1/allocations", &headers, Some(&body))
+                .await?
+                .body;
             show(json, made, |v| allocations_text(&json!([v])))
         }
-        Command::Alloc(AllocCommand::List) => show(json, client.get("/v1/allocations").await?, allocations_text),
-        Command::Alloc(AllocCommand::Show { id }) => {
-            show(json, client.get(&format!("/v1/allocations/{}", segment(id)?)).await?, |v| allocations_text(&json!([v])))
+        Command::Alloc(AllocCommand::List) => {
+            show(json, client.get("/v1/allocations").await?, allocations_text)
         }
+        Command::Alloc(AllocCommand::Show { id }) => show(
+            json,
+            client
+                .get(&format!("/v1/allocations/{}", segment(id)?))
+                .await?,
+            |v| allocations_text(&json!([v])),
+        ),
         Command::Alloc(AllocCommand::Release { id }) => {
-            client.call("DELETE", &format!("/v1/allocations/{}", segment(id)?), &[], None).await?;
+            client
+                .call(
+                    "DELETE",
+                    &format!("/v1/allocations/{}", segment(id)?),
+                    &[],
+                    None,
+                )
+                .await?;
             Ok(done(json, &format!("allocation {id} released\n")))
         }
-        Command::Layouts(LayoutsCommand::Get) => show(json, client.get("/v1/layouts").await?, layouts_text),
-        Command::Layouts(LayoutsCommand::Set { file, if_match, no_wait }) => {
-            set_layouts(&client, json, file, if_match.as_deref(), *no_wait).await
+        Command::Layouts(LayoutsCommand::Get) => {
+            show(json, client.get("/v1/layouts").await?, layouts_text)
         }
+        Command::Layouts(LayoutsCommand::Set {
+            file,
+            if_match,
+            no_wait,
+        }) => set_layouts(&client, json, file, if_match.as_deref(), *no_wait).await,
         Command::Score(request) => {
-            let score = client.call("POST", "/v1/placement-score", &[], Some(&request_json(request))).await?.body;
+            let score = client
+                .call(
+                    "POST",
+                    "/v1/placement-score",
+                    &[],
+                    Some(&request_json(request)),
+                )
+                .await?
+                .body;
             show(json, score, score_text)
         }
         Command::Events { count } => events(&client, json, *count).await,
@@ -106,7 +161,12 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
 /// An id or address for a URL path: what the user typed, but never a path separator (the server
 /// refuses bad ids with its own error; this keeps `..` from changing which route is asked).
 fn segment(s: &str) -> Result<String, Failure> {
-    if s.is_empty() || s.contains(['/', '?', '#', '%']) || s.chars().any(|c| c.is_control() || c == ' ') || s == "." || s == ".." {
+    if s.is_empty()
+        || s.contains(['/', '?', '#', '%'])
+        || s.chars().any(|c| c.is_control() || c == ' ')
+        || s == "."
+        || s == ".."
+    {
         return Err(Failure::Other(format!("{s:?} is not an id or PCI address")));
     }
     Ok(s.to_owned())
@@ -114,7 +174,8 @@ fn segment(s: &str) -> Result<String, Failure> {
 
 fn show(json: bool, value: Value, text: impl FnOnce(&Value) -> String) -> Result<String, Failure> {
     if json {
-        let mut s = serde_json::to_string_pretty(&value).map_err(|e| Failure::Other(e.to_string()))?;
+        let mut s =
+            serde_json::to_string_pretty(&value).map_err(|e| Failure::Other(e.to_string()))?;
         s.push('\n');
         Ok(s)
     } else {
@@ -123,7 +184,11 @@ fn show(json: bool, value: Value, text: impl FnOnce(&Value) -> String) -> Result
 }
 
 fn done(json: bool, message: &str) -> String {
-    if json { "{}\n".to_owned() } else { message.to_owned() }
+    if json {
+        "{}\n".to_owned()
+    } else {
+        message.to_owned()
+    }
 }
 
 fn request_json(r: &RequestArgs) -> Value {
@@ -143,16 +208,24 @@ fn request_json(r: &RequestArgs) -> Value {
 
 /// `mig:PROFILE[@START]`, `mdev:TYPE`, `vgpu:ID`, `vf`, `gpu`.
 fn parse_kind(s: &str) -> Result<Value, Failure> {
-    let bad = || Failure::Other(format!("kind {s:?}: use mig:PROFILE[@START], mdev:TYPE, vgpu:TYPE-ID, vf or gpu"));
+    let bad = || {
+        Failure::Other(format!(
+            "kind {s:?}: use mig:PROFILE[@START], mdev:TYPE, vgpu:TYPE-ID, vf or gpu"
+        ))
+    };
     Ok(match s.split_once(':') {
         None if s == "vf" => json!({"backend": "sriov-vf"}),
         None if s == "gpu" => json!({"backend": "passthrough"}),
         Some(("mig", rest)) => match rest.split_once('@') {
-            Some((p, start)) => json!({"backend": "mig", "profile": p, "start": start.parse::<u32>().map_err(|_| bad())?}),
+            Some((p, start)) => {
+                json!({"backend": "mig", "profile": p, "start": start.parse::<u32>().map_err(|_| bad())?})
+            }
             None => json!({"backend": "mig", "profile": rest}),
         },
         Some(("mdev", t)) => json!({"backend": "mdev", "type_id": t}),
-        Some(("vgpu", id)) => json!({"backend": "nvidia-vfio", "vgpu_type": id.parse::<u32>().map_err(|_| bad())?}),
+        Some(("vgpu", id)) => {
+            json!({"backend": "nvidia-vfio", "vgpu_type": id.parse::<u32>().map_err(|_| bad())?})
+        }
         _ => return Err(bad()),
     })
 }
@@ -171,9 +244,12 @@ async fn set_layouts(
         std::fs::read_to_string(file).map(|t| text = t)
     };
     read.map_err(|e| Failure::Other(format!("reading {}: {e}", file.display())))?;
-    let body: Value = serde_json::from_str(&text).map_err(|e| Failure::Other(format!("{}: not JSON: {e}", file.display())))?;
+    let body: Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::Other(format!("{}: not JSON: {e}", file.display())))?;
     let headers: Vec<(&str, &str)> = if_match.iter().map(|e| ("if-match", *e)).collect();
-    let accepted = client.call("PUT", "/v1/layouts", &headers, Some(&body)).await?;
+    let accepted = client
+        .call("PUT", "/v1/layouts", &headers, Some(&body))
+        .await?;
     let location = accepted
         .headers
         .get("location")
@@ -189,7 +265,11 @@ async fn set_layouts(
         return Err(Failure::Server {
             status: hyper::StatusCode::OK,
             code: cell(&op["error"]["code"]),
-            message: format!("layout apply {} failed: {}", cell(&op["id"]), cell(&op["error"]["message"])),
+            message: format!(
+                "layout apply {} failed: {}",
+                cell(&op["id"]),
+                cell(&op["error"]["message"])
+            ),
         });
     }
     show(json, op, |op| match op.get("result") {
@@ -203,7 +283,11 @@ async fn events(client: &Client, json: bool, count: Option<u64>) -> Result<Strin
     let mut out = std::io::stdout();
     client
         .events(|name, data| {
-            let line = if json { format!("{data}\n") } else { format!("{name:<20} {data}\n") };
+            let line = if json {
+                format!("{data}\n")
+            } else {
+                format!("{name:<20} {data}\n")
+            };
             // Events are printed as they come, not collected.
             let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
             seen += 1;
@@ -217,7 +301,12 @@ fn host_text(h: &Value) -> String {
     let mut out = format!("host {} ({})\n\n", cell(&h["hostname"]), cell(&h["source"]));
     let mut nodes = Table::new(&["NUMA", "CPUS", "MEMORY MiB", "FREE MiB"]);
     for n in h["numa_nodes"].as_array().into_iter().flatten() {
-        nodes.row(vec![cell(&n["id"]), cell(&n["cpus"]), cell(&n["memory_mib"]), cell(&n["memory_free_mib"])]);
+        nodes.row(vec![
+            cell(&n["id"]),
+            cell(&n["cpus"]),
+            cell(&n["memory_mib"]),
+            cell(&n["memory_free_mib"]),
+        ]);
     }
     out.push_str(&nodes.render());
     out.push('\n');
@@ -268,7 +357,12 @@ fn gpu_text(g: &Value) -> String {
     out.push('\n');
     let mut t = Table::new(&["TYPE", "BACKEND", "FREE", "CREATABLE"]);
     for c in g["capacity"].as_array().into_iter().flatten() {
-        t.row(vec![cell(&c["type"]), cell(&c["backend"]), cell(&c["free"]), cell(&c["creatable"])]);
+        t.row(vec![
+            cell(&c["type"]),
+            cell(&c["backend"]),
+            cell(&c["free"]),
+            cell(&c["creatable"]),
+        ]);
     }
     out.push_str(&t.render());
     out
@@ -284,7 +378,9 @@ fn handle(s: &Value) -> String {
 }
 
 fn slices_text(slices: &Value) -> String {
-    let mut t = Table::new(&["ID", "GPU", "TYPE", "BACKEND", "STATE", "CONSUMER", "HANDLE"]);
+    let mut t = Table::new(&[
+        "ID", "GPU", "TYPE", "BACKEND", "STATE", "CONSUMER", "HANDLE",
+    ]);
     for s in slices.as_array().into_iter().flatten() {
         t.row(vec![
             cell(&s["id"]),
@@ -300,7 +396,16 @@ fn slices_text(slices: &Value) -> String {
 }
 
 fn allocations_text(allocs: &Value) -> String {
-    let mut t = Table::new(&["ALLOCATION", "CONSUMER", "VM", "SLICE", "GPU", "TYPE", "NUMA", "HANDLE"]);
+    let mut t = Table::new(&[
+        "ALLOCATION",
+        "CONSUMER",
+        "VM",
+        "SLICE",
+        "GPU",
+        "TYPE",
+        "NUMA",
+        "HANDLE",
+    ]);
     for a in allocs.as_array().into_iter().flatten() {
         for s in a["slices"].as_array().into_iter().flatten() {
             t.row(vec![
@@ -334,8 +439,18 @@ fn layouts_text(v: &Value) -> String {
     out.push('\n');
     let mut s = Table::new(&["GPU", "LAYOUT", "STATE", "REASONS"]);
     for g in v["status"].as_array().into_iter().flatten() {
-        let reasons: Vec<String> = g["reasons"].as_array().into_iter().flatten().map(cell).collect();
-        s.row(vec![cell(&g["gpu"]), cell(&g["layout"]), cell(&g["state"]), reasons.join("; ")]);
+        let reasons: Vec<String> = g["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(cell)
+            .collect();
+        s.row(vec![
+            cell(&g["gpu"]),
+            cell(&g["layout"]),
+            cell(&g["state"]),
+            reasons.join("; "),
+        ]);
     }
     out.push_str(&s.render());
     out
@@ -366,9 +481,15 @@ mod tests {
 
     #[test]
     fn kinds_parse() {
-        assert_eq!(parse_kind("mig:3g.40gb@4").unwrap(), json!({"backend": "mig", "profile": "3g.40gb", "start": 4}));
+        assert_eq!(
+            parse_kind("mig:3g.40gb@4").unwrap(),
+            json!({"backend": "mig", "profile": "3g.40gb", "start": 4})
+        );
         assert_eq!(parse_kind("vf").unwrap(), json!({"backend": "sriov-vf"}));
-        assert_eq!(parse_kind("vgpu:1421").unwrap(), json!({"backend": "nvidia-vfio", "vgpu_type": 1421}));
+        assert_eq!(
+            parse_kind("vgpu:1421").unwrap(),
+            json!({"backend": "nvidia-vfio", "vgpu_type": 1421})
+        );
         assert!(parse_kind("warp").is_err());
         assert!(parse_kind("vgpu:x").is_err());
     }

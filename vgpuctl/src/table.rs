@@ -64,7 +64,10 @@ mod tests {
         let mut t = Table::new(&["ID", "STATE"]);
         t.row(vec!["a".into(), "ready".into()]);
         t.row(vec!["longer-id".into(), "-".into()]);
-        assert_eq!(t.render(), "ID         STATE\na          ready\nlonger-id  -\n");
+        assert_eq!(
+            t.render(),
+            "ID         STATE\na          ready\nlonger-id  -\n"
+        );
         assert_eq!(cell(&Value::Null), "-");
         assert_eq!(cell(&serde_json::json!(3)), "3");
     }

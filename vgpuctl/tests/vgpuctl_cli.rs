@@ -23,7 +23,8 @@ async fn serve(profile: &'static str) -> Served {
     let state = dir.path().join("state");
     let (sim, service) = tokio::task::spawn_blocking(move || {
         let sim = sim::SimHost::new(sim::Profile::builtin(profile).unwrap()).unwrap();
-        let engine = Engine::open(EngineConfig::new(&state, agent::host::sim_access(&sim))).unwrap();
+        let engine =
+            Engine::open(EngineConfig::new(&state, agent::host::sim_access(&sim))).unwrap();
         engine.reconcile().unwrap();
         (sim, Service::new(engine))
     })
@@ -32,9 +33,15 @@ async fn serve(profile: &'static str) -> Served {
     let socket = dir.path().join("api.sock");
     let path = socket.clone();
     tokio::spawn(async move {
-        rest::serve_unix(rest::router(service, RestOptions::default()), &path, 0o600, None, std::future::pending())
-            .await
-            .unwrap();
+        rest::serve_unix(
+            rest::router(service, RestOptions::default()),
+            &path,
+            0o600,
+            None,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
     });
     for _ in 0..200 {
         if socket.exists() {
@@ -42,7 +49,11 @@ async fn serve(profile: &'static str) -> Served {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Served { dir, socket, _sim: sim }
+    Served {
+        dir,
+        socket,
+        _sim: sim,
+    }
 }
 
 struct Out {
@@ -85,33 +96,101 @@ async fn inventory_allocate_list_release() {
     assert_eq!(host.code, 0, "{}", host.stderr);
     assert!(host.stdout.starts_with("host "), "{}", host.stdout);
     assert!(host.stdout.contains(A100), "{}", host.stdout);
-    assert_eq!(vgpuctl(&s.socket, &["--json", "host"]).await.json()["gpus"].as_array().unwrap().len(), 8);
-    assert_eq!(vgpuctl(&s.socket, &["gpus", "--json"]).await.json().as_array().unwrap().len(), 8);
+    assert_eq!(
+        vgpuctl(&s.socket, &["--json", "host"]).await.json()["gpus"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+    assert_eq!(
+        vgpuctl(&s.socket, &["gpus", "--json"])
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
     let gpu = vgpuctl(&s.socket, &["gpu", A100]).await;
-    assert!(gpu.stdout.contains("CREATABLE") && gpu.stdout.contains("1g.10gb"), "{}", gpu.stdout);
+    assert!(
+        gpu.stdout.contains("CREATABLE") && gpu.stdout.contains("1g.10gb"),
+        "{}",
+        gpu.stdout
+    );
 
-    let made = vgpuctl(&s.socket, &["alloc", "create", "--consumer", "nova", "--vm", "vm-1", "--type", "3g.40gb", "--count", "2", "--idempotency-key", "k1"]).await;
+    let made = vgpuctl(
+        &s.socket,
+        &[
+            "alloc",
+            "create",
+            "--consumer",
+            "nova",
+            "--vm",
+            "vm-1",
+            "--type",
+            "3g.40gb",
+            "--count",
+            "2",
+            "--idempotency-key",
+            "k1",
+        ],
+    )
+    .await;
     assert_eq!(made.code, 0, "{}", made.stderr);
     let lines: Vec<&str> = made.stdout.lines().collect();
     assert!(lines[0].starts_with("ALLOCATION"), "{}", made.stdout);
     assert_eq!(lines.len(), 3, "two slices: {}", made.stdout);
     let id = lines[1].split_whitespace().next().unwrap().to_owned();
 
-    let again = vgpuctl(&s.socket, &["--json", "alloc", "create", "--consumer", "nova", "--vm", "vm-1", "--type", "3g.40gb", "--count", "2", "--idempotency-key", "k1"]).await;
-    assert_eq!(again.json()["id"], id.as_str(), "the retry returns the same allocation");
+    let again = vgpuctl(
+        &s.socket,
+        &[
+            "--json",
+            "alloc",
+            "create",
+            "--consumer",
+            "nova",
+            "--vm",
+            "vm-1",
+            "--type",
+            "3g.40gb",
+            "--count",
+            "2",
+            "--idempotency-key",
+            "k1",
+        ],
+    )
+    .await;
+    assert_eq!(
+        again.json()["id"],
+        id.as_str(),
+        "the retry returns the same allocation"
+    );
 
-    let list = vgpuctl(&s.socket, &["alloc", "list", "--json"]).await.json();
+    let list = vgpuctl(&s.socket, &["alloc", "list", "--json"])
+        .await
+        .json();
     assert_eq!(list.as_array().unwrap().len(), 1);
     let show = vgpuctl(&s.socket, &["alloc", "show", &id]).await;
     assert!(show.stdout.contains("vm-1"), "{}", show.stdout);
     let slices = vgpuctl(&s.socket, &["slices"]).await;
-    assert_eq!(slices.stdout.matches("allocated").count(), 2, "{}", slices.stdout);
+    assert_eq!(
+        slices.stdout.matches("allocated").count(),
+        2,
+        "{}",
+        slices.stdout
+    );
 
     assert_eq!(vgpuctl(&s.socket, &["alloc", "release", &id]).await.code, 0);
     let twice = vgpuctl(&s.socket, &["alloc", "release", &id]).await;
     assert_eq!(twice.code, 1);
     assert!(twice.stderr.contains("not_found (404)"), "{}", twice.stderr);
-    let bad = vgpuctl(&s.socket, &["alloc", "create", "--consumer", "c", "--type", "9g.99gb"]).await;
+    let bad = vgpuctl(
+        &s.socket,
+        &["alloc", "create", "--consumer", "c", "--type", "9g.99gb"],
+    )
+    .await;
     assert_eq!(bad.code, 1);
     assert!(bad.stderr.contains("invalid_request"), "{}", bad.stderr);
 }
@@ -119,7 +198,19 @@ async fn inventory_allocate_list_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slices_layouts_score_and_events() {
     let s = serve("dgx-a100").await;
-    let made = vgpuctl(&s.socket, &["--json", "slice", "create", "--gpu", A100, "--kind", "mig:1g.10gb@6"]).await;
+    let made = vgpuctl(
+        &s.socket,
+        &[
+            "--json",
+            "slice",
+            "create",
+            "--gpu",
+            A100,
+            "--kind",
+            "mig:1g.10gb@6",
+        ],
+    )
+    .await;
     assert_eq!(made.code, 0, "{}", made.stderr);
     let id = made.json()["id"].as_str().unwrap().to_owned();
     assert_eq!(vgpuctl(&s.socket, &["slice", "destroy", &id]).await.code, 0);
@@ -129,21 +220,49 @@ async fn slices_layouts_score_and_events() {
     let set = vgpuctl(&s.socket, &["layouts", "set", file.to_str().unwrap()]).await;
     assert_eq!(set.code, 0, "{}", set.stderr);
     assert!(set.stdout.contains("applied"), "{}", set.stdout);
-    let get = vgpuctl(&s.socket, &["layouts", "get", "--json"]).await.json();
+    let get = vgpuctl(&s.socket, &["layouts", "get", "--json"])
+        .await
+        .json();
     assert_eq!(get["layouts"][0]["name"], "small");
-    let stale = vgpuctl(&s.socket, &["layouts", "set", file.to_str().unwrap(), "--if-match", "\"old\""]).await;
+    let stale = vgpuctl(
+        &s.socket,
+        &[
+            "layouts",
+            "set",
+            file.to_str().unwrap(),
+            "--if-match",
+            "\"old\"",
+        ],
+    )
+    .await;
     assert_eq!(stale.code, 1);
-    assert!(stale.stderr.contains("precondition_failed"), "{}", stale.stderr);
+    assert!(
+        stale.stderr.contains("precondition_failed"),
+        "{}",
+        stale.stderr
+    );
 
     let score = vgpuctl(&s.socket, &["score", "--type", "1g.10gb"]).await;
     assert_eq!(score.code, 0, "{}", score.stderr);
-    assert!(score.stdout.starts_with("feasible true"), "{}", score.stdout);
+    assert!(
+        score.stdout.starts_with("feasible true"),
+        "{}",
+        score.stdout
+    );
 
     let socket = s.socket.clone();
-    let follower = tokio::spawn(async move { vgpuctl(&socket, &["events", "--count", "1", "--json"]).await });
+    let follower =
+        tokio::spawn(async move { vgpuctl(&socket, &["events", "--count", "1", "--json"]).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    vgpuctl(&s.socket, &["alloc", "create", "--consumer", "ev", "--type", "3g.40gb"]).await;
-    let events = tokio::time::timeout(Duration::from_secs(20), follower).await.unwrap().unwrap();
+    vgpuctl(
+        &s.socket,
+        &["alloc", "create", "--consumer", "ev", "--type", "3g.40gb"],
+    )
+    .await;
+    let events = tokio::time::timeout(Duration::from_secs(20), follower)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(events.code, 0, "{}", events.stderr);
     let first: Value = serde_json::from_str(events.stdout.lines().next().unwrap()).unwrap();
     assert!(first["event"].is_string(), "{}", events.stdout);
@@ -153,7 +272,11 @@ async fn slices_layouts_score_and_events() {
 async fn exit_statuses_completions_and_man_page() {
     let nowhere = vgpuctl(Path::new("/nonexistent/vgpud.sock"), &["host"]).await;
     assert_eq!(nowhere.code, 3, "{}", nowhere.stderr);
-    assert!(nowhere.stderr.contains("cannot connect"), "{}", nowhere.stderr);
+    assert!(
+        nowhere.stderr.contains("cannot connect"),
+        "{}",
+        nowhere.stderr
+    );
     let usage = vgpuctl(Path::new("/nonexistent"), &["alloc", "create"]).await;
     assert_eq!(usage.code, 2, "{}", usage.stderr);
     let unknown = vgpuctl(Path::new("/nonexistent"), &["frobnicate"]).await;
@@ -161,19 +284,37 @@ async fn exit_statuses_completions_and_man_page() {
 
     let bash = vgpuctl(Path::new("/x"), &["completions", "bash"]).await;
     assert_eq!(bash.code, 0);
-    assert!(bash.stdout.contains("_vgpuctl()") && bash.stdout.contains("layouts"), "{}", bash.stdout);
+    assert!(
+        bash.stdout.contains("_vgpuctl()") && bash.stdout.contains("layouts"),
+        "{}",
+        bash.stdout
+    );
     let man = vgpuctl(Path::new("/x"), &["man"]).await;
     assert_eq!(man.code, 0);
-    assert!(man.stdout.contains(".TH vgpuctl") && man.stdout.contains("VGPUCTL_SOCKET"), "{}", man.stdout);
+    assert!(
+        man.stdout.contains(".TH vgpuctl") && man.stdout.contains("VGPUCTL_SOCKET"),
+        "{}",
+        man.stdout
+    );
 
     // The socket from the environment.
     let s = serve("single-gpu").await;
     let out = tokio::task::spawn_blocking({
         let socket = s.socket.clone();
-        move || Command::new(env!("CARGO_BIN_EXE_vgpuctl")).args(["--json", "slices"]).env("VGPUCTL_SOCKET", socket).output().unwrap()
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
+                .args(["--json", "slices"])
+                .env("VGPUCTL_SOCKET", socket)
+                .output()
+                .unwrap()
+        }
     })
     .await
     .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }

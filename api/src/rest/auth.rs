@@ -214,14 +214,16 @@ impl Credentials {
                     "bearer tokens are not accepted on this listener".into(),
                 ));
             };
-            let token = value
-                .strip_prefix("Bearer ")
-                .ok_or_else(|| ApiError::Unauthenticated("expected Authorization: Bearer TOKEN".into()))?;
+            let token = value.strip_prefix("Bearer ").ok_or_else(|| {
+                ApiError::Unauthenticated("expected Authorization: Bearer TOKEN".into())
+            })?;
             return match tokens.check(token.trim()) {
                 Some(name) => Ok(Caller::Token {
                     name: name.to_owned(),
                 }),
-                None => Err(ApiError::Unauthenticated("the bearer token is not valid".into())),
+                None => Err(ApiError::Unauthenticated(
+                    "the bearer token is not valid".into(),
+                )),
             };
         }
         match &peer.subject {
@@ -253,8 +255,9 @@ pub(super) fn authorization(req: &Request) -> Result<Option<&str>, ApiError> {
     req.headers()
         .get(header::AUTHORIZATION)
         .map(|v| {
-            v.to_str()
-                .map_err(|_| ApiError::Unauthenticated("the Authorization header is not text".into()))
+            v.to_str().map_err(|_| {
+                ApiError::Unauthenticated("the Authorization header is not text".into())
+            })
         })
         .transpose()
 }
@@ -282,7 +285,8 @@ mod tests {
     #[test]
     fn token_files_name_their_tokens_and_refuse_short_ones() {
         let p = Path::new("/etc/vgpud/tokens");
-        let t = TokenFile::parse("# c\nnova 0123456789abcdef0123\n\nfedcba9876543210xyz\n", p).unwrap();
+        let t =
+            TokenFile::parse("# c\nnova 0123456789abcdef0123\n\nfedcba9876543210xyz\n", p).unwrap();
         assert_eq!(t.check("0123456789abcdef0123"), Some("nova"));
         assert_eq!(t.check("fedcba9876543210xyz"), Some("line 4"));
         assert_eq!(t.check("0123456789abcdef012"), None);

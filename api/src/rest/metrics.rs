@@ -68,11 +68,18 @@ fn render(
         by_state
             .get_or_create(&vec![
                 ("state".to_owned(), state),
-                ("backend".to_owned(), s.spec.kind.backend().as_str().to_owned()),
+                (
+                    "backend".to_owned(),
+                    s.spec.kind.backend().as_str().to_owned(),
+                ),
             ])
             .inc();
     }
-    registry.register("slices", "Slices vgpud owns, by state and backend", by_state);
+    registry.register(
+        "slices",
+        "Slices vgpud owns, by state and backend",
+        by_state,
+    );
     let alloc_gauge = Gauge::<i64>::default();
     alloc_gauge.set(i64::try_from(allocations).unwrap_or(i64::MAX));
     registry.register("allocations", "Allocations held by consumers", alloc_gauge);
@@ -80,6 +87,7 @@ fn render(
     gpu_gauge.set(i64::try_from(gpus).unwrap_or(i64::MAX));
     registry.register("gpus", "GPUs on the host", gpu_gauge);
     let mut out = String::new();
-    encode(&mut out, &registry).map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
+    encode(&mut out, &registry)
+        .map_err(|e| ApiError::Internal(format!("encoding metrics: {e}")))?;
     Ok(out)
 }

@@ -101,19 +101,25 @@ mod tests {
         let ops = Operations::default();
         let first = ops.start_apply().unwrap();
         assert_eq!(ops.start_apply().unwrap_err(), first.id);
-        ops.finish(&first.id, Err(ErrorBody {
-            code: "conflict".into(),
-            message: "m".into(),
-            details: Default::default(),
-        }));
+        ops.finish(
+            &first.id,
+            Err(ErrorBody {
+                code: "conflict".into(),
+                message: "m".into(),
+                details: Default::default(),
+            }),
+        );
         assert_eq!(ops.get(&first.id).unwrap().state, OperationState::Failed);
         for _ in 0..KEEP_FINISHED {
             let op = ops.start_apply().unwrap();
-            ops.finish(&op.id, Err(ErrorBody {
-                code: "x".into(),
-                message: String::new(),
-                details: Default::default(),
-            }));
+            ops.finish(
+                &op.id,
+                Err(ErrorBody {
+                    code: "x".into(),
+                    message: String::new(),
+                    details: Default::default(),
+                }),
+            );
         }
         assert!(ops.get(&first.id).is_none());
     }

@@ -189,7 +189,10 @@ async fn create_slice(
         (status = 200, description = "The slice", body = Slice),
         (status = 400, description = "Not a canonical UUID", body = ErrorBody),
         (status = 404, description = "No such slice", body = ErrorBody)))]
-async fn get_slice(State(st): State<AppState>, PathId(id): PathId) -> Result<Json<Slice>, ApiError> {
+async fn get_slice(
+    State(st): State<AppState>,
+    PathId(id): PathId,
+) -> Result<Json<Slice>, ApiError> {
     let id = slice_id(&id)?;
     let service = st.service.clone();
     let slice = blocking(move || service.slice(id)).await?;
@@ -208,7 +211,10 @@ async fn get_slice(State(st): State<AppState>, PathId(id): PathId) -> Result<Jso
         (status = 502, description = "The kernel or a vendor library refused", body = ErrorBody),
         (status = 503, description = "The state store failed", body = ErrorBody),
         (status = 504, description = "A vendor call timed out", body = ErrorBody)))]
-async fn destroy_slice(State(st): State<AppState>, PathId(id): PathId) -> Result<StatusCode, ApiError> {
+async fn destroy_slice(
+    State(st): State<AppState>,
+    PathId(id): PathId,
+) -> Result<StatusCode, ApiError> {
     let id = slice_id(&id)?;
     let service = st.service.clone();
     blocking(move || service.destroy_slice(id)).await?;
@@ -222,9 +228,10 @@ async fn destroy_slice(State(st): State<AppState>, PathId(id): PathId) -> Result
     responses((status = 200, description = "Allocations", body = Vec<Allocation>)))]
 async fn list_allocations(State(st): State<AppState>) -> Result<Json<Vec<Allocation>>, ApiError> {
     let service = st.service.clone();
-    let (allocs, slices) =
-        blocking_ok(move || (service.allocations(), service.slices())).await?;
-    Ok(Json(allocs.iter().map(|a| Allocation::new(a, &slices)).collect()))
+    let (allocs, slices) = blocking_ok(move || (service.allocations(), service.slices())).await?;
+    Ok(Json(
+        allocs.iter().map(|a| Allocation::new(a, &slices)).collect(),
+    ))
 }
 
 /// Allocates slices to a consumer (and VM): all `count` or none. vgpud chooses the GPUs unless
@@ -272,7 +279,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .to_str()
         .ok()
         .filter(|t| !t.is_empty() && t.bytes().all(|b| (0x21..=0x7e).contains(&b)))
-        .ok_or_else(|| ApiError::invalid("Idempotency-Key: expected 1 to 64 visible ASCII characters"))?;
+        .ok_or_else(|| {
+            ApiError::invalid("Idempotency-Key: expected 1 to 64 visible ASCII characters")
+        })?;
     check_text("Idempotency-Key", text).map_err(|e| ApiError::invalid(e.to_string()))?;
     Ok(Some(text.to_owned()))
 }
@@ -351,7 +360,9 @@ async fn put_layouts(
 ) -> Result<Response, ApiError> {
     let layouts = body.to_engine()?;
     let op = st.operations.start_apply().map_err(|running| {
-        ApiError::Conflict(format!("layout apply {running} is still running: poll /v1/operations/{running}"))
+        ApiError::Conflict(format!(
+            "layout apply {running} is still running: poll /v1/operations/{running}"
+        ))
     })?;
     // The check and the apply both happen while this apply holds the one slot, so nobody can
     // change the layouts in between.
@@ -362,7 +373,10 @@ async fn put_layouts(
     let (service, ops, id) = (st.service.clone(), st.operations.clone(), op.id.clone());
     tokio::spawn(async move {
         let outcome = blocking(move || service.set_layouts(layouts)).await;
-        ops.finish(&id, outcome.map(|v| LayoutsView::new(&v)).map_err(|e| e.body()));
+        ops.finish(
+            &id,
+            outcome.map(|v| LayoutsView::new(&v)).map_err(|e| e.body()),
+        );
     });
     let location = format!("/v1/operations/{}", op.id);
     let mut response = (StatusCode::ACCEPTED, Json(op)).into_response();
@@ -396,8 +410,13 @@ async fn check_if_match(st: &AppState, headers: &HeaderMap) -> Result<(), ApiErr
         (status = 200, description = "The operation", body = Operation),
         (status = 400, description = "Not a canonical UUID", body = ErrorBody),
         (status = 404, description = "No such operation (finished long ago, or before a restart)", body = ErrorBody)))]
-async fn get_operation(State(st): State<AppState>, PathId(id): PathId) -> Result<Json<Operation>, ApiError> {
-    let parsed = uuid::Uuid::try_parse(&id).ok().filter(|u| u.hyphenated().to_string() == id);
+async fn get_operation(
+    State(st): State<AppState>,
+    PathId(id): PathId,
+) -> Result<Json<Operation>, ApiError> {
+    let parsed = uuid::Uuid::try_parse(&id)
+        .ok()
+        .filter(|u| u.hyphenated().to_string() == id);
     if parsed.is_none() {
         return Err(ApiError::invalid(format!(
             "operation id {:?} is not a canonical UUID",
@@ -418,7 +437,9 @@ async fn get_operation(State(st): State<AppState>, PathId(id): PathId) -> Result
 #[utoipa::path(get, path = "/v1/events", tag = "events",
     responses((status = 200, description = "An endless text/event-stream; each data line is one Event",
         content_type = "text/event-stream", body = Event)))]
-async fn events(State(st): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+async fn events(
+    State(st): State<AppState>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let stream = BroadcastStream::new(st.service.subscribe()).map(|item| {
         let event = match item {
             Ok(e) => Event::from(&e),

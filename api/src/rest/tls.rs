@@ -128,7 +128,8 @@ fn load(options: &TlsOptions) -> Result<(rustls::ServerConfig, Credentials), Api
                     .add(cert)
                     .map_err(|e| ApiError::TlsConfig(format!("{}: {e}", ca.display())))?;
             }
-            let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+            let builder =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
             // With tokens too, a client may come without a certificate and show a token instead.
             let builder = if tokens.is_some() {
                 builder.allow_unauthenticated()
@@ -148,7 +149,12 @@ fn load(options: &TlsOptions) -> Result<(rustls::ServerConfig, Credentials), Api
         .map_err(|e| ApiError::TlsConfig(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(read_certs(&options.cert)?, key)
-        .map_err(|e| ApiError::TlsConfig(format!("server certificate {}: {e}", options.cert.display())))?;
+        .map_err(|e| {
+            ApiError::TlsConfig(format!(
+                "server certificate {}: {e}",
+                options.cert.display()
+            ))
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let credentials = Credentials {
         tokens,
@@ -163,7 +169,10 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ApiError> {
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| ApiError::TlsConfig(format!("{}: {e}", path.display())))?;
     if certs.is_empty() {
-        return Err(ApiError::TlsConfig(format!("{} holds no certificate", path.display())));
+        return Err(ApiError::TlsConfig(format!(
+            "{} holds no certificate",
+            path.display()
+        )));
     }
     Ok(certs)
 }
@@ -223,11 +232,15 @@ impl TlsListener {
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(stream, addr, acceptor)).await {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(stream, addr, acceptor))
+                        .await
+                    {
                         Ok(Ok(conn)) => {
                             let _ = tx.send(conn).await;
                         }
-                        Ok(Err(e)) => tracing::debug!(peer = %addr, error = %e, "TLS handshake failed"),
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %addr, error = %e, "TLS handshake failed")
+                        }
                         Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
                     }
                 });

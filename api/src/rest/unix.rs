@@ -43,7 +43,9 @@ impl Listener for PeerListener {
                         tracing::debug!(%caller, "API connection");
                         return (stream, caller);
                     }
-                    Err(e) => tracing::warn!(error = %e, "API connection without peer credentials dropped"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "API connection without peer credentials dropped")
+                    }
                 },
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting on the API socket failed");
@@ -67,7 +69,11 @@ impl Connected<IncomingStream<'_, PeerListener>> for Caller {
     }
 }
 
-async fn attach_caller(ConnectInfo(caller): ConnectInfo<Caller>, mut req: Request, next: Next) -> Response {
+async fn attach_caller(
+    ConnectInfo(caller): ConnectInfo<Caller>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     req.extensions_mut().insert(caller);
     next.run(req).await
 }
@@ -142,14 +148,17 @@ async fn bind(socket: &Path, mode: u32, group: Option<&str>) -> Result<UnixListe
     let listener = UnixListener::bind(&temp)
         .map_err(|e| ApiError::listener(format!("binding {}", temp.display()), e))?;
     let setup = || -> Result<(), ApiError> {
-        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| ApiError::listener(format!("setting mode {mode:04o} on {}", temp.display()), e))?;
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+            ApiError::listener(format!("setting mode {mode:04o} on {}", temp.display()), e)
+        })?;
         if let Some(gid) = gid {
-            std::os::unix::fs::chown(&temp, None, Some(gid))
-                .map_err(|e| ApiError::listener(format!("giving {} to group {gid}", temp.display()), e))?;
+            std::os::unix::fs::chown(&temp, None, Some(gid)).map_err(|e| {
+                ApiError::listener(format!("giving {} to group {gid}", temp.display()), e)
+            })?;
         }
-        std::fs::rename(&temp, socket)
-            .map_err(|e| ApiError::listener(format!("moving the socket to {}", socket.display()), e))
+        std::fs::rename(&temp, socket).map_err(|e| {
+            ApiError::listener(format!("moving the socket to {}", socket.display()), e)
+        })
     };
     if let Err(e) = setup() {
         let _ = std::fs::remove_file(&temp);
@@ -168,11 +177,19 @@ async fn remove_stale(socket: &Path) -> Result<(), ApiError> {
     let meta = match std::fs::symlink_metadata(socket) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(ApiError::listener(format!("checking {}", socket.display()), e)),
+        Err(e) => {
+            return Err(ApiError::listener(
+                format!("checking {}", socket.display()),
+                e,
+            ));
+        }
     };
     if !meta.file_type().is_socket() {
         return Err(ApiError::listener(
-            format!("{} exists and is not a socket; not replacing it", socket.display()),
+            format!(
+                "{} exists and is not a socket; not replacing it",
+                socket.display()
+            ),
             std::io::Error::from(std::io::ErrorKind::AlreadyExists),
         ));
     }
@@ -182,8 +199,9 @@ async fn remove_stale(socket: &Path) -> Result<(), ApiError> {
             std::io::Error::from(std::io::ErrorKind::AddrInUse),
         ));
     }
-    std::fs::remove_file(socket)
-        .map_err(|e| ApiError::listener(format!("removing the stale socket {}", socket.display()), e))
+    std::fs::remove_file(socket).map_err(|e| {
+        ApiError::listener(format!("removing the stale socket {}", socket.display()), e)
+    })
 }
 
 /// A group's id from `/etc/group` (system groups such as `vgpud` live there; sysusers makes it).

@@ -27,7 +27,11 @@ pub struct GpuSelector {
     pub pci_ids: Vec<PciIdText>,
     /// GPUs whose model name contains this text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+    )]
     pub model: Option<String>,
 }
 
@@ -51,7 +55,7 @@ super::text_schema!(PciIdText, r"^[0-9a-f]{4}:[0-9a-f]{4}$", "10de:20b2");
 
 impl utoipa::PartialSchema for GpuIndex {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, KnownFormat, Type};
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
         ObjectBuilder::new()
             .schema_type(Type::Integer)
             .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
@@ -69,7 +73,12 @@ impl ToSchema for GpuIndex {}
 pub struct LayoutEntry {
     /// The type, as in an allocation request.
     #[serde(rename = "type")]
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "1g.10gb")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$",
+        example = "1g.10gb"
+    )]
     pub slice_type: String,
     /// How many.
     #[schema(minimum = 0, maximum = 64)]
@@ -82,7 +91,11 @@ pub struct LayoutEntry {
 #[serde(deny_unknown_fields)]
 pub struct Layout {
     /// A name for status and logs, unique among the layouts.
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+    )]
     pub name: String,
     /// Which GPUs.
     #[serde(default)]
@@ -194,7 +207,11 @@ fn entries(at: &str, e: &[LayoutEntry]) -> Result<Vec<engine::LayoutEntry>, ApiE
 }
 
 fn is_pci_id(s: &str) -> bool {
-    let hex4 = |p: &str| p.len() == 4 && p.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+    let hex4 = |p: &str| {
+        p.len() == 4
+            && p.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    };
     s.split_once(':').is_some_and(|(v, d)| hex4(v) && hex4(d))
 }
 
@@ -210,7 +227,12 @@ impl From<&engine::Layout> for Layout {
                     .map(|a| PciAddressText(a.to_string()))
                     .collect(),
                 indices: l.selector.indices.iter().map(|i| GpuIndex(*i)).collect(),
-                pci_ids: l.selector.pci_ids.iter().map(|p| PciIdText(p.clone())).collect(),
+                pci_ids: l
+                    .selector
+                    .pci_ids
+                    .iter()
+                    .map(|p| PciIdText(p.clone()))
+                    .collect(),
                 model: l.selector.model.clone(),
             },
             slices: l
@@ -343,12 +365,28 @@ mod tests {
 
     #[test]
     fn layouts_are_checked_before_the_engine_sees_them() {
-        let parse = |s: &str| serde_json::from_str::<LayoutsRequest>(s).unwrap().to_engine();
-        assert!(parse(r#"{"layouts":[{"name":"a","slices":[{"type":"1g.10gb","count":7}]}]}"#).is_ok());
-        assert!(parse(r#"{"layouts":[{"name":"a","slices":[]},{"name":"a","slices":[]}]}"#).is_err());
-        assert!(parse(r#"{"layouts":[{"name":"a","selector":{"pci_ids":["10DE:20B2"]},"slices":[]}]}"#).is_err());
-        assert!(parse(r#"{"layouts":[{"name":"a","selector":{"addresses":["7:0.0"]},"slices":[]}]}"#).is_err());
-        assert!(parse(r#"{"layouts":[{"name":"a","slices":[{"type":"vf","count":65}]}]}"#).is_err());
+        let parse = |s: &str| {
+            serde_json::from_str::<LayoutsRequest>(s)
+                .unwrap()
+                .to_engine()
+        };
+        assert!(
+            parse(r#"{"layouts":[{"name":"a","slices":[{"type":"1g.10gb","count":7}]}]}"#).is_ok()
+        );
+        assert!(
+            parse(r#"{"layouts":[{"name":"a","slices":[]},{"name":"a","slices":[]}]}"#).is_err()
+        );
+        assert!(
+            parse(r#"{"layouts":[{"name":"a","selector":{"pci_ids":["10DE:20B2"]},"slices":[]}]}"#)
+                .is_err()
+        );
+        assert!(
+            parse(r#"{"layouts":[{"name":"a","selector":{"addresses":["7:0.0"]},"slices":[]}]}"#)
+                .is_err()
+        );
+        assert!(
+            parse(r#"{"layouts":[{"name":"a","slices":[{"type":"vf","count":65}]}]}"#).is_err()
+        );
     }
 
     #[test]

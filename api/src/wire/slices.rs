@@ -19,7 +19,10 @@ pub enum SliceKind {
     /// A mediated device of this type.
     Mdev {
         /// The mdev type id, e.g. `nvidia-222`.
-        #[schema(pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$", example = "nvidia-222")]
+        #[schema(
+            pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$",
+            example = "nvidia-222"
+        )]
         type_id: String,
     },
     /// An NVIDIA vendor-specific VFIO vGPU of this type, on one of the GPU's VFs.
@@ -29,12 +32,17 @@ pub enum SliceKind {
         #[serde(deserialize_with = "super::int::u32")]
         vgpu_type: u32,
     },
+    // Empty struct variants, not unit ones: serde ignores unknown fields next to the tag of a
+    // unit variant.
     /// A plain SR-IOV VF bound to vfio-pci.
-    SriovVf,
+    SriovVf {},
     /// A MIG GPU instance (with one compute instance spanning it).
     Mig {
         /// The GPU-instance profile, e.g. `3g.40gb`.
-        #[schema(pattern = r"^[1-8]g\.[1-9][0-9]{0,3}gb([+-][a-z]+(\.[a-z]+)*)*$", example = "3g.40gb")]
+        #[schema(
+            pattern = r"^[1-8]g\.[1-9][0-9]{0,3}gb([+-][a-z]+(\.[a-z]+)*)*$",
+            example = "3g.40gb"
+        )]
         profile: String,
         /// The start slot; absent: vgpud chooses.
         #[serde(
@@ -46,7 +54,7 @@ pub enum SliceKind {
         start: Option<u32>,
     },
     /// The whole GPU bound to vfio-pci.
-    Passthrough,
+    Passthrough {},
 }
 
 /// Most MIG start slots a GPU has (memory slices).
@@ -72,7 +80,7 @@ impl SliceKind {
                     ApiError::Unprocessable("kind.vgpu_type: 0 is not a vGPU type".into())
                 })?,
             },
-            SliceKind::SriovVf => engine::SliceKind::SriovVf,
+            SliceKind::SriovVf {} => engine::SliceKind::SriovVf,
             SliceKind::Mig { profile, start } => {
                 if start.is_some_and(|s| s > MAX_MIG_START) {
                     return Err(ApiError::Unprocessable(format!(
@@ -84,7 +92,7 @@ impl SliceKind {
                     start: *start,
                 }
             }
-            SliceKind::Passthrough => engine::SliceKind::Passthrough,
+            SliceKind::Passthrough {} => engine::SliceKind::Passthrough,
         })
     }
 }
@@ -98,18 +106,20 @@ impl From<&engine::SliceKind> for SliceKind {
             engine::SliceKind::NvidiaVfio { vgpu_type } => SliceKind::NvidiaVfio {
                 vgpu_type: vgpu_type.get(),
             },
-            engine::SliceKind::SriovVf => SliceKind::SriovVf,
+            engine::SliceKind::SriovVf => SliceKind::SriovVf {},
             engine::SliceKind::Mig { profile, start } => SliceKind::Mig {
                 profile: profile.to_string(),
                 start: *start,
             },
-            engine::SliceKind::Passthrough => SliceKind::Passthrough,
+            engine::SliceKind::Passthrough => SliceKind::Passthrough {},
         }
     }
 }
 
 fn is_mdev_type(s: &str) -> bool {
-    let ok = |c: char, first: bool| c.is_ascii_alphanumeric() || c == '_' || c == '-' || (!first && c == '.');
+    let ok = |c: char, first: bool| {
+        c.is_ascii_alphanumeric() || c == '_' || c == '-' || (!first && c == '.')
+    };
     let mut chars = s.chars();
     let Some(first) = chars.next() else {
         return false;
@@ -126,11 +136,19 @@ fn short(s: &str) -> String {
 #[serde(deny_unknown_fields)]
 pub struct Owner {
     /// The consumer (a tenant, a Nova instance id, …).
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+    )]
     pub consumer: String,
     /// The VM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+    )]
     pub vm: Option<String>,
 }
 
@@ -139,7 +157,10 @@ pub struct Owner {
 #[serde(deny_unknown_fields)]
 pub struct CreateSliceRequest {
     /// The GPU (physical function), canonical PCI address.
-    #[schema(pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$", example = "0000:07:00.0")]
+    #[schema(
+        pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$",
+        example = "0000:07:00.0"
+    )]
     pub gpu: String,
     /// What to make.
     pub kind: SliceKind,
@@ -293,7 +314,12 @@ pub struct SliceRequest {
     /// A MIG profile name (`3g.40gb`), an mdev type id (`nvidia-222`), a vendor vGPU type name
     /// (`NVIDIA H200X-1-18C`) or id, `vf`, or `gpu` for a whole GPU.
     #[serde(rename = "type")]
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$", example = "3g.40gb")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$",
+        example = "3g.40gb"
+    )]
     pub slice_type: String,
     /// How many slices: all or none.
     #[serde(default = "one", deserialize_with = "super::int::u32")]
@@ -415,11 +441,19 @@ pub const MAX_COUNT: u32 = 64;
 #[serde(deny_unknown_fields)]
 pub struct AllocationRequest {
     /// The consumer (a tenant, a Nova instance id, …).
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+    )]
     pub consumer: String,
     /// The VM the slices are for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+    )]
     pub vm: Option<String>,
     /// What to allocate.
     pub request: SliceRequest,
@@ -654,6 +688,11 @@ mod tests {
             serde_json::from_str(r#"{"backend":"mig","profile":"3G.40GB"}"#).unwrap();
         assert!(bad.to_engine().is_err(), "not canonical");
         assert!(serde_json::from_str::<SliceKind>(r#"{"backend":"sriov-vf","x":1}"#).is_err());
+        let vf: SliceKind = serde_json::from_str(r#"{"backend":"sriov-vf"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&vf).unwrap(),
+            r#"{"backend":"sriov-vf"}"#
+        );
     }
 
     #[test]
@@ -670,9 +709,10 @@ mod tests {
         let r: AllocationRequest =
             serde_json::from_str(r#"{"consumer":"c","request":{"type":"vf","count":65}}"#).unwrap();
         assert!(r.to_engine(None).is_err());
-        let r: AllocationRequest =
-            serde_json::from_str(r#"{"consumer":"c","request":{"type":"vf","gpu":"0000:07:00.0"}}"#)
-                .unwrap();
+        let r: AllocationRequest = serde_json::from_str(
+            r#"{"consumer":"c","request":{"type":"vf","gpu":"0000:07:00.0"}}"#,
+        )
+        .unwrap();
         let e = r.to_engine(Some("k".into())).unwrap();
         assert_eq!(e.request.count, 1);
         assert_eq!(e.request.idempotency_key.as_deref(), Some("k"));
@@ -740,7 +780,11 @@ impl From<&agent::service::PlacementScore> for PlacementScore {
 
 /// JSON has no infinities: an unbounded score is sent as the largest finite one.
 fn finite(v: f64) -> f64 {
-    if v.is_nan() { 0.0 } else { v.clamp(f64::MIN, f64::MAX) }
+    if v.is_nan() {
+        0.0
+    } else {
+        v.clamp(f64::MIN, f64::MAX)
+    }
 }
 
 impl From<&sched::Placement> for ScoredPlacement {

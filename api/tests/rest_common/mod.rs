@@ -47,10 +47,9 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
         let profile = profile_static(profile);
-        let (sim, service) =
-            tokio::task::spawn_blocking(move || service_on(profile, &state))
-                .await
-                .unwrap();
+        let (sim, service) = tokio::task::spawn_blocking(move || service_on(profile, &state))
+            .await
+            .unwrap();
         let socket = dir.path().join("api.sock");
         let router = rest::router(service.clone(), options);
         let (stop, rx) = oneshot::channel();
@@ -98,8 +97,13 @@ impl Rig {
 
     pub async fn send_json(&self, method: &str, path: &str, json: &serde_json::Value) -> Reply {
         let body = serde_json::to_vec(json).unwrap();
-        self.call(method, path, &[("content-type", "application/json")], Some(body))
-            .await
+        self.call(
+            method,
+            path,
+            &[("content-type", "application/json")],
+            Some(body),
+        )
+        .await
     }
 
     pub async fn delete(&self, path: &str) -> Reply {
@@ -170,7 +174,9 @@ impl Reply {
     /// Asserts the JSON error shape and returns the code.
     pub fn error_code(&self) -> String {
         let v = self.json();
-        let obj = v.as_object().unwrap_or_else(|| panic!("not an object: {v}"));
+        let obj = v
+            .as_object()
+            .unwrap_or_else(|| panic!("not an object: {v}"));
         assert!(obj["message"].is_string(), "{v}");
         assert!(obj["details"].is_object(), "{v}");
         assert_eq!(obj.len(), 3, "{v}");
@@ -204,7 +210,10 @@ where
         .await
         .ok()?;
     tokio::spawn(conn);
-    let mut req = Request::builder().method(method).uri(path).header("host", "vgpud");
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "vgpud");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
