@@ -235,11 +235,10 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     info!("ready: {status}");
 
     let (interval_tx, interval_rx) = watch::channel(reconcile_interval(&config));
-    let mut housekeeping = JoinSet::new();
-    if let Some(period) = systemd.watchdog_period() {
-        housekeeping.spawn(watchdog(systemd.clone(), service.clone(), period));
-    }
-    housekeeping.spawn(reconcile_loop(
+    let pinger = systemd
+        .watchdog_period()
+        .map(|period| tokio::spawn(watchdog(systemd.clone(), service.clone(), period)));
+    let reconciler = tokio::spawn(reconcile_loop(
         service.clone(),
         config.clone(),
         systemd.clone(),
@@ -265,10 +264,11 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     drain(&mut servers).await;
     // The reconcile loop returns at the stop signal, after a pass in progress has finished;
     // the watchdog keeps pinging until then.
-    while let Some(ended) = housekeeping.join_next().await {
-        if ended.is_ok() {
-            housekeeping.abort_all();
-        }
+    if let Err(e) = reconciler.await {
+        error!("the reconcile loop failed: {e}");
+    }
+    if let Some(pinger) = pinger {
+        pinger.abort();
     }
     if let Some(connection) = dbus {
         drop(connection);
