@@ -50,7 +50,8 @@ pub struct DbusOptions {
 /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set), exports the objects and takes
 /// the well-known name without allowing replacement. Fails with `zbus::Error::NameTaken` when
 /// another connection owns the name. The objects follow the engine's events until the returned
-/// connection is closed ([`Connection::close`]).
+/// connection is closed ([`Connection::close`]); dropping it is not enough, as the task that
+/// follows the events holds its own handle (so `graceful_shutdown` would wait for ever).
 pub async fn serve(service: Service) -> zbus::Result<Connection> {
     serve_with(
         service,
