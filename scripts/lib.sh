@@ -15,4 +15,4 @@ ensure_packages() {
 }
 
 # The system libraries the workspace builds against.
-BUILD_PACKAGES=(pkg-config libvirt-dev)
+BUILD_PACKAGES=(pkg-config libvirt-dev dbus-daemon)
