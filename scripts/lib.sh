@@ -15,4 +15,7 @@ ensure_packages() {
 }
 
 # The system libraries the workspace builds against.
-BUILD_PACKAGES=(pkg-config libvirt-dev dbus-daemon)
+BUILD_PACKAGES=(pkg-config libvirt-dev)
+# The real peers the tests start themselves: a private dbus-daemon and busctl, openssl and curl
+# for the TLS listener, jq for the demo.
+TEST_PACKAGES=(dbus-daemon systemd openssl curl jq)
