@@ -317,10 +317,16 @@ impl Pinner {
                 }),
                 (None, None) => None,
             };
-            let planning_device = device.clone().unwrap_or(SliceDevice::Pci {
-                address: s.spec.gpu,
-                managed: false,
-            });
+            // A slice on a virtual mdev parent has no PCI function to plan with until it exists.
+            let Some(planning_device) = device.clone().or_else(|| {
+                let address = s.spec.gpu.pci()?;
+                Some(SliceDevice::Pci {
+                    address,
+                    managed: false,
+                })
+            }) else {
+                continue;
+            };
             planned.push(vmpin::Slice {
                 device: planning_device,
                 node,

@@ -131,7 +131,7 @@ impl Engine {
         let mut errors = Vec::new();
         for spec in specs {
             while picked.len() < count {
-                let _gpu = self.inner.gpu_locks.lock(spec.gpu);
+                let _gpu = self.inner.gpu_locks.lock(spec.gpu.clone());
                 match self.create_locked(spec, None) {
                     Ok(entry) => {
                         lock(&self.inner.claims).insert(entry.id);
@@ -153,7 +153,7 @@ impl Engine {
 
     /// Claims one free owned slice satisfying the spec, checked present on the host.
     fn claim_free(&self, spec: &SliceSpec) -> Option<SliceId> {
-        let _gpu = self.inner.gpu_locks.lock(spec.gpu);
+        let _gpu = self.inner.gpu_locks.lock(spec.gpu.clone());
         let free: Vec<_> = self.read(|d| {
             d.slices
                 .values()
@@ -178,7 +178,7 @@ impl Engine {
     /// Best effort: slices created for an allocation that did not happen go again.
     fn destroy_unused(&self, created: &[SliceId]) {
         for id in created {
-            let gpu = self.read(|d| d.slices.get(id).map(|s| s.spec.gpu));
+            let gpu = self.read(|d| d.slices.get(id).map(|s| s.spec.gpu.clone()));
             if let Some(gpu) = gpu {
                 let _gpu = self.inner.gpu_locks.lock(gpu);
                 if let Err(e) = self.destroy_locked(*id) {
@@ -195,7 +195,7 @@ impl Engine {
                 d.allocations.get(&id).map(|a| {
                     a.slices
                         .iter()
-                        .filter_map(|s| d.slices.get(s).map(|e| e.spec.gpu))
+                        .filter_map(|s| d.slices.get(s).and_then(|e| e.spec.gpu.pci()))
                         .collect()
                 })
             })

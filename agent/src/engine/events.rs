@@ -4,7 +4,7 @@ use ids::PciAddress;
 use serde::{Deserialize, Serialize};
 
 use super::layout::LayoutState;
-use super::model::{AllocationId, BackendKind, SliceId};
+use super::model::{AllocationId, BackendKind, DeviceRef, SliceId};
 
 /// Something that happened to slices, allocations or layouts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,8 +14,8 @@ pub enum Event {
     SliceCreated {
         /// The slice.
         slice: SliceId,
-        /// Its GPU.
-        gpu: PciAddress,
+        /// Its device (GPU or virtual mdev parent).
+        gpu: DeviceRef,
         /// Its backend.
         backend: BackendKind,
     },
@@ -23,8 +23,8 @@ pub enum Event {
     SliceDestroyed {
         /// The slice.
         slice: SliceId,
-        /// Its GPU.
-        gpu: PciAddress,
+        /// Its device (GPU or virtual mdev parent).
+        gpu: DeviceRef,
     },
     /// Slices were allocated to a consumer.
     AllocationCreated {
@@ -44,15 +44,15 @@ pub enum Event {
     Drift {
         /// The slice.
         slice: SliceId,
-        /// Its GPU.
-        gpu: PciAddress,
+        /// Its device (GPU or virtual mdev parent).
+        gpu: DeviceRef,
         /// What was found, and what vgpud did.
         reason: String,
     },
     /// A slice vgpud did not create was found (it is left alone).
     ForeignFound {
-        /// The GPU.
-        gpu: PciAddress,
+        /// The device (GPU or virtual mdev parent).
+        gpu: DeviceRef,
         /// What it is.
         slice: String,
     },

@@ -187,7 +187,7 @@ impl Engine {
             .parse()
             .map_err(|e: ids::IdError| EngineError::InvalidRequest(e.to_string()))?;
         let spec = SliceSpec {
-            gpu,
+            gpu: gpu.into(),
             kind: SliceKind::Mdev { type_id },
         };
         let identity = Identity::Mdev { uuid };

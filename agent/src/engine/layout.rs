@@ -304,7 +304,7 @@ impl Engine {
         for (kind, n) in want {
             for _ in 0..n {
                 let spec = SliceSpec {
-                    gpu,
+                    gpu: gpu.into(),
                     kind: kind.clone(),
                 };
                 match self.create_locked(&spec, None) {

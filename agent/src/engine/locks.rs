@@ -4,9 +4,8 @@ use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Condvar, Mutex};
 
-use ids::PciAddress;
-
 use super::lock;
+use super::model::DeviceRef;
 
 /// A set of held keys; taking a held key waits for its release. Not re-entrant.
 #[derive(Debug)]
@@ -32,7 +31,8 @@ pub(crate) struct KeyGuard<'a, K: Eq + Hash + Clone> {
 }
 
 impl<K: Eq + Hash + Clone> KeySet<K> {
-    pub(crate) fn lock(&self, key: K) -> KeyGuard<'_, K> {
+    pub(crate) fn lock(&self, key: impl Into<K>) -> KeyGuard<'_, K> {
+        let key = key.into();
         let mut held = lock(&self.held);
         while held.contains(&key) {
             held = self
@@ -52,7 +52,8 @@ impl<K: Eq + Hash + Clone> Drop for KeyGuard<'_, K> {
     }
 }
 
-/// One lock per GPU: operations on a GPU are serialised, different GPUs run in parallel.
-pub(crate) type GpuLocks = KeySet<PciAddress>;
+/// One lock per device (GPU or virtual mdev parent): operations on a device are serialised,
+/// different devices run in parallel.
+pub(crate) type GpuLocks = KeySet<DeviceRef>;
 /// One lock per (consumer, idempotency key): a retry waits for the first attempt.
 pub(crate) type KeyLocks = KeySet<(String, String)>;

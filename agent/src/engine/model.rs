@@ -8,7 +8,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ids::{IommuGroupId, MdevTypeId, MdevUuid, MigProfileName, NumaNodeId, PciAddress, VgpuTypeId};
+use ids::{
+    IommuGroupId, MdevParentName, MdevTypeId, MdevUuid, MigProfileName, NumaNodeId, PciAddress,
+    VgpuTypeId,
+};
 use serde::{Deserialize, Serialize};
 
 /// Defines a UUID-v4 identifier that only accepts its canonical (hyphenated lower-case) form.
@@ -185,14 +188,117 @@ impl fmt::Display for SliceKind {
     }
 }
 
-/// What to make, and on which GPU.
+/// The device a slice is carved from: a PCI function (a GPU, an SR-IOV PF), or an mdev parent
+/// that is not a PCI device (the kernel's `mtty`, `mdpy`, `mbochs` under `/sys/devices/virtual`).
+///
+/// Its JSON form is the bare name, so a PCI address reads and writes exactly as it did when the
+/// field was a `PciAddress`: state files written before virtual parents existed still load.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviceRef {
+    /// A PCI function.
+    Pci(PciAddress),
+    /// An mdev parent by its name under `/sys/class/mdev_bus`, never a PCI address.
+    MdevParent(MdevParentName),
+}
+
+impl DeviceRef {
+    /// The PCI address, when the device is a PCI function.
+    pub fn pci(&self) -> Option<PciAddress> {
+        match self {
+            DeviceRef::Pci(addr) => Some(*addr),
+            DeviceRef::MdevParent(_) => None,
+        }
+    }
+
+    /// The name the device has (or would have) as an mdev parent.
+    pub fn mdev_parent(&self) -> MdevParentName {
+        match self {
+            DeviceRef::Pci(addr) => MdevParentName::from(*addr),
+            DeviceRef::MdevParent(name) => name.clone(),
+        }
+    }
+}
+
+impl From<PciAddress> for DeviceRef {
+    fn from(addr: PciAddress) -> Self {
+        DeviceRef::Pci(addr)
+    }
+}
+
+impl From<MdevParentName> for DeviceRef {
+    fn from(name: MdevParentName) -> Self {
+        // One spelling per device: a parent named by a PCI address is that PCI function.
+        match name.pci_address() {
+            Some(addr) => DeviceRef::Pci(addr),
+            None => DeviceRef::MdevParent(name),
+        }
+    }
+}
+
+impl FromStr for DeviceRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse::<MdevParentName>()
+            .map(DeviceRef::from)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl fmt::Display for DeviceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRef::Pci(addr) => write!(f, "{addr}"),
+            DeviceRef::MdevParent(name) => write!(f, "{name}"),
+        }
+    }
+}
+
+impl PartialEq<PciAddress> for DeviceRef {
+    fn eq(&self, other: &PciAddress) -> bool {
+        self.pci() == Some(*other)
+    }
+}
+
+impl PartialEq<DeviceRef> for PciAddress {
+    fn eq(&self, other: &DeviceRef) -> bool {
+        other == self
+    }
+}
+
+impl Serialize for DeviceRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What to make, and on which device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SliceSpec {
-    /// The GPU (physical function).
-    pub gpu: PciAddress,
+    /// The GPU (physical function), or, for mdev slices only, an mdev parent that is not a PCI
+    /// device.
+    pub gpu: DeviceRef,
     /// What kind of slice.
     pub kind: SliceKind,
+}
+
+impl SliceSpec {
+    /// The PCI function the slice is carved from; a virtual mdev parent can only carry mdevs.
+    pub(crate) fn pci(&self) -> crate::engine::error::Result<PciAddress> {
+        self.gpu.pci().ok_or_else(|| {
+            crate::engine::error::EngineError::InvalidRequest(format!(
+                "{} is not a PCI device: it can only carry mdev slices, not {}",
+                self.gpu, self.kind
+            ))
+        })
+    }
 }
 
 /// What makes a re-created slice the same slice: chosen at planning, stored, never changed.

@@ -9,7 +9,9 @@
 use super::backend::{backend, needs_vfs};
 use super::error::{EngineError, Result};
 use super::events::Event;
-use super::model::{Allocation, AllocationId, CreateSlice, Identity, Slice, SliceId, SliceSpec};
+use super::model::{
+    Allocation, AllocationId, BackendKind, CreateSlice, Identity, Slice, SliceId, SliceSpec,
+};
 use super::state::{Intent, OwnedSlice, now};
 use super::{Engine, lock, vfs};
 
@@ -55,7 +57,7 @@ impl Engine {
             }
         }
         let entry = {
-            let _gpu = self.inner.gpu_locks.lock(req.spec.gpu);
+            let _gpu = self.inner.gpu_locks.lock(req.spec.gpu.clone());
             let entry = self.create_locked(&req.spec, None)?;
             if req.owner.is_some() {
                 lock(&self.inner.claims).insert(entry.id);
@@ -91,7 +93,10 @@ impl Engine {
         spec: &SliceSpec,
         preset: Option<Identity>,
     ) -> Result<OwnedSlice> {
-        self.host().gpu(spec.gpu)?;
+        // A virtual mdev parent is no PCI device: the mdev backend's validation finds it.
+        if spec.gpu.pci().is_some() || spec.kind.backend() != BackendKind::Mdev {
+            self.host().gpu(spec.pci()?)?;
+        }
         backend(spec.kind.backend()).validate(self.host(), spec)?;
         let mut progress = Progress::default();
         match self.create_steps(spec, preset, &mut progress) {
@@ -100,7 +105,7 @@ impl Engine {
                 tracing::info!(slice = %entry.id, gpu = %spec.gpu, kind = %spec.kind, "slice created");
                 self.emit(Event::SliceCreated {
                     slice: entry.id,
-                    gpu: spec.gpu,
+                    gpu: spec.gpu.clone(),
                     backend: spec.kind.backend(),
                 });
                 Ok(entry)
@@ -118,18 +123,18 @@ impl Engine {
     ) -> Result<OwnedSlice> {
         let host = self.host();
         let be = backend(spec.kind.backend());
-        if needs_vfs(spec.kind.backend()) && host.vfs(spec.gpu)?.is_empty() {
+        if needs_vfs(spec.kind.backend()) && host.vfs(spec.pci()?)?.is_empty() {
             let open = Intent::Create {
-                gpu: spec.gpu,
+                gpu: spec.gpu.clone(),
                 slice: None,
                 enabled_vfs: true,
             };
             p.intent = Some(self.write(|d| d.open_intent(open))?);
             // Set before the call: a failed enable may still have left VFs behind.
             p.enabled_vfs = true;
-            vfs::enable(host, spec.gpu, 1)?;
+            vfs::enable(host, spec.pci()?, 1)?;
         }
-        let reserved = self.read(|d| d.reserved(spec.gpu));
+        let reserved = self.read(|d| d.reserved(&spec.gpu));
         let identity = match preset {
             Some(i) => i,
             None => be.plan(host, spec, &reserved)?,
@@ -141,7 +146,7 @@ impl Engine {
             created: now(),
         };
         let open = Intent::Create {
-            gpu: spec.gpu,
+            gpu: spec.gpu.clone(),
             slice: Some(entry.clone()),
             enabled_vfs: p.enabled_vfs,
         };
@@ -197,7 +202,7 @@ impl Engine {
         if let Some(id) = identity {
             backend(spec.kind.backend()).destroy(host, spec, id)?;
         }
-        if enabled_vfs && vfs::disable_if_unused(host, spec.gpu, &[])? {
+        if enabled_vfs && vfs::disable_if_unused(host, spec.pci()?, &[])? {
             tracing::info!(gpu = %spec.gpu, "VFs enabled for a failed create were disabled again");
         }
         Ok(())
@@ -207,7 +212,7 @@ impl Engine {
     /// (`busy`); already gone from the host is fine.
     pub fn destroy_slice(&self, id: SliceId) -> Result<()> {
         let gpu = self
-            .read(|d| d.slices.get(&id).map(|s| s.spec.gpu))
+            .read(|d| d.slices.get(&id).map(|s| s.spec.gpu.clone()))
             .ok_or_else(|| EngineError::NotFound(format!("slice {id}")))?;
         let _gpu = self.inner.gpu_locks.lock(gpu);
         self.destroy_locked(id)
@@ -253,7 +258,7 @@ impl Engine {
         tracing::info!(slice = %id, gpu = %entry.spec.gpu, "slice destroyed");
         self.emit(Event::SliceDestroyed {
             slice: id,
-            gpu: entry.spec.gpu,
+            gpu: entry.spec.gpu.clone(),
         });
         Ok(())
     }

@@ -240,7 +240,8 @@ impl Engine {
         picked: &mut Vec<SliceId>,
         created: &mut Vec<SliceId>,
     ) -> Result<()> {
-        let Some(first) = specs.first() else {
+        // The scheduler knows GPUs only: slices on virtual mdev parents are placed first-fit.
+        let Some(first) = specs.iter().find(|s| s.gpu.pci().is_some()) else {
             return self.gather(specs, req.request.count, picked, created);
         };
         let backend = first.kind.backend();
@@ -296,14 +297,14 @@ impl Engine {
             )));
         };
         let spec = SliceSpec {
-            gpu: spec.gpu,
+            gpu: spec.gpu.clone(),
             kind: match (&spec.kind, kind) {
                 // The request's start (none) is replaced by the scheduler's.
                 (SliceKind::Mig { .. }, k @ SliceKind::Mig { .. }) => k,
                 (k, _) => k.clone(),
             },
         };
-        let _gpu = self.inner.gpu_locks.lock(spec.gpu);
+        let _gpu = self.inner.gpu_locks.lock(spec.gpu.clone());
         match self.create_locked(&spec, None) {
             Ok(entry) => {
                 lock(&self.inner.claims).insert(entry.id);
@@ -444,7 +445,7 @@ fn creatable(
     kind: &SliceKind,
 ) -> u32 {
     let spec = SliceSpec {
-        gpu,
+        gpu: gpu.into(),
         kind: kind.clone(),
     };
     let mut view = snapshot::build(

@@ -82,7 +82,7 @@ impl Engine {
     fn resolve_intents(&self, report: &mut ReconcileReport) -> Result<()> {
         let intents = self.read(|d| d.intents.clone());
         for (n, intent) in intents {
-            let _gpu = self.inner.gpu_locks.lock(intent.gpu());
+            let _gpu = self.inner.gpu_locks.lock(intent.gpu().clone());
             if !self.read(|d| d.intents.contains_key(&n)) {
                 continue;
             }
@@ -118,7 +118,9 @@ impl Engine {
                 match slice {
                     Some(s) => self.undo_create(&s.spec, Some(&s.identity), *enabled_vfs)?,
                     None if *enabled_vfs => {
-                        vfs::disable_if_unused(self.host(), *gpu, &[])?;
+                        if let Some(pf) = gpu.pci() {
+                            vfs::disable_if_unused(self.host(), pf, &[])?;
+                        }
                     }
                     None => {}
                 }
@@ -148,8 +150,9 @@ impl Engine {
     fn restore_vfs(&self, report: &mut ReconcileReport) {
         let mut need: BTreeMap<PciAddress, (u32, Vec<SliceId>)> = BTreeMap::new();
         for s in self.read(|d| d.slices.values().cloned().collect::<Vec<_>>()) {
-            if let Identity::Vf { index, .. } = s.identity {
-                let e = need.entry(s.spec.gpu).or_insert((0, Vec::new()));
+            if let (Identity::Vf { index, .. }, Some(pf)) = (&s.identity, s.spec.gpu.pci()) {
+                let index = *index;
+                let e = need.entry(pf).or_insert((0, Vec::new()));
                 e.0 = e.0.max(index);
                 e.1.push(s.id);
             }
@@ -181,7 +184,7 @@ impl Engine {
             if report.failed.iter().any(|(id, _)| *id == s.id) {
                 continue;
             }
-            let _gpu = self.inner.gpu_locks.lock(s.spec.gpu);
+            let _gpu = self.inner.gpu_locks.lock(s.spec.gpu.clone());
             if !self.read(|d| d.slices.contains_key(&s.id)) {
                 continue;
             }
@@ -195,7 +198,10 @@ impl Engine {
     /// Observes one owned slice and re-creates it if the host lost it.
     fn restore_one(&self, s: &OwnedSlice, report: &mut ReconcileReport) -> Result<(), String> {
         let host = self.host();
-        host.gpu(s.spec.gpu).map_err(|e| chain(&e))?;
+        // A virtual mdev parent is no PCI device: observing the mdev says whether it is there.
+        if let Some(gpu) = s.spec.gpu.pci() {
+            host.gpu(gpu).map_err(|e| chain(&e))?;
+        }
         let be = backend(s.spec.kind.backend());
         match be
             .observe(host, &s.spec, &s.identity)
@@ -224,7 +230,7 @@ impl Engine {
                 );
                 self.emit(Event::SliceCreated {
                     slice: s.id,
-                    gpu: s.spec.gpu,
+                    gpu: s.spec.gpu.clone(),
                     backend: s.spec.kind.backend(),
                 });
                 Ok(())
@@ -236,7 +242,7 @@ impl Engine {
         tracing::warn!(slice = %s.id, gpu = %s.spec.gpu, %reason, "drift");
         self.emit(Event::Drift {
             slice: s.id,
-            gpu: s.spec.gpu,
+            gpu: s.spec.gpu.clone(),
             reason,
         });
     }
@@ -247,12 +253,12 @@ impl Engine {
             let mut v: Vec<(PciAddress, Identity)> = d
                 .slices
                 .values()
-                .map(|s| (s.spec.gpu, s.identity.clone()))
+                .filter_map(|s| Some((s.spec.gpu.pci()?, s.identity.clone())))
                 .collect();
             v.extend(
                 d.intents
                     .values()
-                    .filter_map(|i| Some((i.gpu(), i.identity()?.clone()))),
+                    .filter_map(|i| Some((i.gpu().pci()?, i.identity()?.clone()))),
             );
             v
         });
@@ -269,7 +275,7 @@ impl Engine {
                 if seen.insert(text.clone()) {
                     tracing::info!(slice = %text, "foreign slice found; left alone");
                     self.emit(Event::ForeignFound {
-                        gpu: gpu.pci_address,
+                        gpu: gpu.pci_address.into(),
                         slice: text.clone(),
                     });
                 }

@@ -6,7 +6,7 @@ use sysfs::SysfsExt;
 use super::backend::profile_by_name;
 use super::error::{EngineError, Result};
 use super::hostctx::Host;
-use super::model::{SliceKind, SliceSpec};
+use super::model::{DeviceRef, SliceKind, SliceSpec};
 
 /// The longest type string accepted.
 const MAX_TYPE: usize = 128;
@@ -88,6 +88,28 @@ fn vgpu_type(host: &Host, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>>
         .map(|v| SliceKind::NvidiaVfio { vgpu_type: v.id }))
 }
 
+/// The mdev parents that are not PCI devices (the kernel's `mtty`, `mdpy`, `mbochs`) offering
+/// `t` as an mdev type. A parent that cannot be read offers nothing: GPUs come first.
+fn virtual_parent_specs(host: &Host, t: &str) -> Vec<SliceSpec> {
+    let Ok(type_id) = t.parse::<MdevTypeId>() else {
+        return Vec::new();
+    };
+    let Ok((parents, _)) = mdev::list_parents(host.fs()) else {
+        return Vec::new();
+    };
+    parents
+        .into_iter()
+        .filter(|p| p.pci_address().is_none())
+        .filter(|p| mdev::read_type(host.fs(), p, &type_id).is_ok())
+        .map(|p| SliceSpec {
+            gpu: DeviceRef::MdevParent(p),
+            kind: SliceKind::Mdev {
+                type_id: type_id.clone(),
+            },
+        })
+        .collect()
+}
+
 /// Checks a type string as a client sent it.
 pub(crate) fn check_type(t: &str) -> Result<&str> {
     let t = t.trim();
@@ -112,7 +134,7 @@ pub(crate) fn candidates(host: &Host, t: &str, only: Option<PciAddress>) -> Resu
     for dev in devs {
         match kind_on(host, &dev, t) {
             Ok(Some(kind)) => out.push(SliceSpec {
-                gpu: dev.address,
+                gpu: dev.address.into(),
                 kind,
             }),
             Ok(None) => {}
@@ -121,6 +143,9 @@ pub(crate) fn candidates(host: &Host, t: &str, only: Option<PciAddress>) -> Resu
                 first_error.get_or_insert(e);
             }
         }
+    }
+    if only.is_none() {
+        out.extend(virtual_parent_specs(host, t));
     }
     if out.is_empty() {
         if let Some(e) = first_error {

@@ -90,21 +90,26 @@ impl Ownership {
     pub fn of(d: &Desired, claims: &HashSet<SliceId>) -> Self {
         let mut out = Ownership::default();
         for s in d.slices.values() {
+            // Slices on virtual mdev parents take nothing from a GPU the scheduler places on.
+            let Some(gpu) = s.spec.gpu.pci() else {
+                continue;
+            };
             let occupant = match d.holder(s.id) {
                 Some(a) => Occupant::busy(&a.consumer),
                 None if claims.contains(&s.id) || d.in_flight(s.id) => Occupant::busy(CLAIMED),
                 None => Occupant::idle(&format!("{FREE_PREFIX}{}", s.id)),
             };
-            if let Some(key) = key_of(s.spec.gpu, &s.identity) {
+            if let Some(key) = key_of(gpu, &s.identity) {
                 out.occupants
                     .insert(key, (occupant, Some(s.id), s.spec.kind.clone()));
             }
             if let Identity::Mig { start, profile } = &s.identity {
-                out.mig_reserved.push((s.spec.gpu, profile.clone(), *start));
+                out.mig_reserved.push((gpu, profile.clone(), *start));
             }
         }
         for intent in d.intents.values() {
-            if let (Some(Identity::Mig { start, profile }), gpu) = (intent.identity(), intent.gpu())
+            if let (Some(Identity::Mig { start, profile }), Some(gpu)) =
+                (intent.identity(), intent.gpu().pci())
             {
                 out.mig_reserved.push((gpu, profile.clone(), *start));
             }
@@ -467,7 +472,7 @@ mod tests {
         assert_eq!(view.snap.numa.len(), 2);
         // The same GPU as a candidate for a whole-GPU request; the others are left out.
         let spec = SliceSpec {
-            gpu: inv.gpus[0].pci_address,
+            gpu: inv.gpus[0].pci_address.into(),
             kind: SliceKind::Passthrough,
         };
         let view = build(

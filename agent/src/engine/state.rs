@@ -2,11 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use ids::PciAddress;
 use serde::{Deserialize, Serialize};
 
 use super::layout::Layout;
-use super::model::{Allocation, AllocationId, Identity, SliceId, SliceSpec};
+use super::model::{Allocation, AllocationId, DeviceRef, Identity, SliceId, SliceSpec};
 
 /// The store's schema: `vgpud-state.json`, version 1.
 pub(crate) const SCHEMA: store::Schema = store::Schema {
@@ -31,7 +30,7 @@ pub(crate) enum Intent {
     /// Creating a slice. `slice` is `None` while the GPU's VFs are being enabled (before an
     /// identity can be chosen); `enabled_vfs` says this operation enabled them.
     Create {
-        gpu: PciAddress,
+        gpu: DeviceRef,
         slice: Option<OwnedSlice>,
         enabled_vfs: bool,
     },
@@ -40,10 +39,10 @@ pub(crate) enum Intent {
 }
 
 impl Intent {
-    pub(crate) fn gpu(&self) -> PciAddress {
+    pub(crate) fn gpu(&self) -> &DeviceRef {
         match self {
-            Intent::Create { gpu, .. } => *gpu,
-            Intent::Destroy { slice } => slice.spec.gpu,
+            Intent::Create { gpu, .. } => gpu,
+            Intent::Destroy { slice } => &slice.spec.gpu,
         }
     }
 
@@ -91,11 +90,11 @@ impl Desired {
     }
 
     /// Identities owned on a GPU, in the ledger or in open intents.
-    pub(crate) fn reserved(&self, gpu: PciAddress) -> Vec<Identity> {
+    pub(crate) fn reserved(&self, gpu: &DeviceRef) -> Vec<Identity> {
         let ledger = self
             .slices
             .values()
-            .filter(|s| s.spec.gpu == gpu)
+            .filter(|s| &s.spec.gpu == gpu)
             .map(|s| s.identity.clone());
         let intents = self
             .intents

@@ -18,7 +18,7 @@ impl Engine {
                 out.push(self.view(s, &d));
             }
         }
-        out.sort_by_key(|s| (s.spec.gpu, s.id));
+        out.sort_by(|a, b| (&a.spec.gpu, a.id).cmp(&(&b.spec.gpu, b.id)));
         out
     }
 
@@ -73,7 +73,9 @@ impl Engine {
             spec: entry.spec.clone(),
             identity: entry.identity.clone(),
             handles,
-            numa_node: host.pci(entry.spec.gpu).ok().and_then(|p| p.numa_node),
+            numa_node: (entry.spec.gpu.pci())
+                .and_then(|a| host.pci(a).ok())
+                .and_then(|p| p.numa_node),
             owner,
             state,
             reason,

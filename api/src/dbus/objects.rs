@@ -695,7 +695,10 @@ fn create_request(
         }
     };
     Ok(CreateSlice {
-        spec: SliceSpec { gpu, kind },
+        spec: SliceSpec {
+            gpu: gpu.into(),
+            kind,
+        },
         owner,
     })
 }

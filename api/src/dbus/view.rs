@@ -153,7 +153,7 @@ impl View {
         let mut gpus = host.gpus.clone();
         let mut slice_props = BTreeMap::new();
         for s in slices {
-            if let Some(g) = gpus.get_mut(&s.spec.gpu) {
+            if let Some(g) = s.spec.gpu.pci().and_then(|a| gpus.get_mut(&a)) {
                 g.slices.push(slice_path(&s.id));
             }
             slice_props.insert(s.id, slice_view(s));
@@ -180,7 +180,11 @@ fn slice_view(s: &Slice) -> SliceProps {
     let owner = s.owner.as_ref();
     SliceProps {
         id: s.id.to_string(),
-        gpu: gpu_path(&s.spec.gpu),
+        // A slice on a virtual mdev parent has no GPU object: D-Bus's null path `/`.
+        gpu: s.spec.gpu.pci().map_or_else(
+            || zbus::ObjectPath::from_static_str_unchecked("/").into(),
+            |a| gpu_path(&a),
+        ),
         gpu_address: s.spec.gpu.to_string(),
         backend: s.spec.kind.backend().as_str().to_owned(),
         slice_type: type_name(&s.spec.kind),

@@ -187,7 +187,7 @@ impl CreateSliceRequest {
         };
         Ok(engine::CreateSlice {
             spec: engine::SliceSpec {
-                gpu: parse_pci("gpu", &self.gpu)?,
+                gpu: parse_pci("gpu", &self.gpu)?.into(),
                 kind: self.kind.to_engine()?,
             },
             owner,

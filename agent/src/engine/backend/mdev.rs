@@ -1,6 +1,7 @@
-//! mdev: a mediated device of a type on the GPU, named by a UUID the engine chooses.
+//! mdev: a mediated device of a type on the GPU (or on a virtual mdev parent such as the
+//! kernel's `mtty`), named by a UUID the engine chooses.
 
-use ids::{MdevParentName, MdevTypeId, MdevUuid};
+use ids::{MdevTypeId, MdevUuid};
 
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
@@ -46,7 +47,7 @@ fn read(host: &Host, uuid: MdevUuid) -> Result<Option<mdev::MdevDevice>> {
 }
 
 fn mismatch(spec: &SliceSpec, ty: &MdevTypeId, dev: &mdev::MdevDevice) -> Option<String> {
-    let parent = MdevParentName::from(spec.gpu);
+    let parent = spec.gpu.mdev_parent();
     (dev.parent != parent || &dev.type_id != ty).then(|| {
         format!(
             "mdev {} is a {} on {}, not a {ty} on {}",
@@ -58,20 +59,20 @@ fn mismatch(spec: &SliceSpec, ty: &MdevTypeId, dev: &mdev::MdevDevice) -> Option
 impl Backend for MdevBackend {
     fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
         let ty = type_of(spec)?;
-        let parent = MdevParentName::from(spec.gpu);
+        let parent = spec.gpu.mdev_parent();
         mdev::read_type(host.fs(), &parent, ty)
             .map(|_| ())
-            .map_err(|e| EngineError::from_mdev(format!("GPU {} cannot make {ty}", spec.gpu), e))
+            .map_err(|e| EngineError::from_mdev(format!("{} cannot make {ty}", spec.gpu), e))
     }
 
     fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
         let ty = type_of(spec)?;
-        let parent = MdevParentName::from(spec.gpu);
+        let parent = spec.gpu.mdev_parent();
         let info = mdev::read_type(host.fs(), &parent, ty)
-            .map_err(|e| EngineError::from_mdev(format!("GPU {} cannot make {ty}", spec.gpu), e))?;
+            .map_err(|e| EngineError::from_mdev(format!("{} cannot make {ty}", spec.gpu), e))?;
         if info.available_instances == Some(0) {
             return Err(EngineError::NoCapacity(format!(
-                "GPU {} has no {ty} instance left",
+                "{} has no {ty} instance left",
                 spec.gpu
             )));
         }
@@ -92,7 +93,7 @@ impl Backend for MdevBackend {
                 Some(why) => Err(EngineError::Conflict(why)),
             };
         }
-        let parent = MdevParentName::from(spec.gpu);
+        let parent = spec.gpu.mdev_parent();
         let dev = mdev::create(host.fs(), &parent, ty, uuid).map_err(|e| {
             EngineError::from_mdev(format!("cannot create {ty} mdev {uuid} on {}", spec.gpu), e)
         })?;

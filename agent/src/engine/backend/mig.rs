@@ -225,17 +225,18 @@ fn present(gi: &GpuInstance, ci: Option<u32>) -> Observed {
 
 impl Backend for MigBackend {
     fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+        let gpu = spec.pci()?;
         let (name, start) = spec_parts(spec)?;
-        let profile = profile_by_name(host, spec.gpu, name)?;
+        let profile = profile_by_name(host, gpu, name)?;
         if let Some(s) = start {
-            let (_, index) = mig_gpu(host, spec.gpu)?;
-            if !placements(host, spec.gpu, index, profile.id)?
+            let (_, index) = mig_gpu(host, gpu)?;
+            if !placements(host, gpu, index, profile.id)?
                 .iter()
                 .any(|p| p.start == s)
             {
                 return Err(EngineError::InvalidRequest(format!(
                     "MIG profile {name} cannot start at slot {s} on GPU {}",
-                    spec.gpu
+                    gpu
                 )));
             }
         }
@@ -243,16 +244,17 @@ impl Backend for MigBackend {
     }
 
     fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+        let gpu = spec.pci()?;
         self.validate(host, spec)?;
         let (name, start) = spec_parts(spec)?;
-        let profile = profile_by_name(host, spec.gpu, name)?;
-        let (_, index) = mig_gpu(host, spec.gpu)?;
-        let mut occupied: Vec<Placement> = instances(host, spec.gpu, index)?
+        let profile = profile_by_name(host, gpu, name)?;
+        let (_, index) = mig_gpu(host, gpu)?;
+        let mut occupied: Vec<Placement> = instances(host, gpu, index)?
             .iter()
             .map(|g| g.placement)
             .collect();
-        occupied.extend(mig_sizes(host, spec.gpu, reserved)?);
-        let allowed = placements(host, spec.gpu, index, profile.id)?;
+        occupied.extend(mig_sizes(host, gpu, reserved)?);
+        let allowed = placements(host, gpu, index, profile.id)?;
         let chosen = match start {
             Some(s) => {
                 let p = allowed.iter().find(|p| p.start == s).copied();
@@ -261,18 +263,18 @@ impl Backend for MigBackend {
                     _ => {
                         return Err(EngineError::Conflict(format!(
                             "slot {s} on GPU {} is occupied",
-                            spec.gpu
+                            gpu
                         )));
                     }
                 }
             }
-            None => scheduled_start(host, spec.gpu, index, name, reserved, &allowed)?
+            None => scheduled_start(host, gpu, index, name, reserved, &allowed)?
                 .and_then(|s| allowed.iter().find(|p| p.start == s).copied())
                 .filter(|p| occupied.iter().all(|o| !overlaps(p, o)))
                 .or_else(|| choose_mig_start(&allowed, &occupied)),
         };
         let p = chosen.ok_or_else(|| {
-            EngineError::NoCapacity(format!("GPU {} has no free placement for {name}", spec.gpu))
+            EngineError::NoCapacity(format!("GPU {} has no free placement for {name}", gpu))
         })?;
         Ok(Identity::Mig {
             start: p.start,
@@ -281,19 +283,20 @@ impl Backend for MigBackend {
     }
 
     fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+        let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
-        let profile = profile_by_name(host, spec.gpu, name)?;
-        let (nvml, index) = mig_gpu(host, spec.gpu)?;
-        let gi = match at_start(host, spec.gpu, index, start)? {
+        let profile = profile_by_name(host, gpu, name)?;
+        let (nvml, index) = mig_gpu(host, gpu)?;
+        let gi = match at_start(host, gpu, index, start)? {
             Some(gi) if gi.profile_id == profile.id => gi,
             Some(gi) => {
                 return Err(EngineError::Conflict(format!(
                     "slot {start} on GPU {} holds GPU instance {} of another profile",
-                    spec.gpu, gi.id
+                    gpu, gi.id
                 )));
             }
             None => {
-                let size = placements(host, spec.gpu, index, profile.id)?
+                let size = placements(host, gpu, index, profile.id)?
                     .iter()
                     .find(|p| p.start == start)
                     .map(|p| p.size)
@@ -303,21 +306,21 @@ impl Backend for MigBackend {
                 nvml.create_gpu_instance(index, profile.id, Placement { start, size })
                     .map_err(|e| {
                         host.nvml_err(
-                            format!("cannot create MIG {name} at slot {start} on {}", spec.gpu),
-                            spec.gpu,
+                            format!("cannot create MIG {name} at slot {start} on {}", gpu),
+                            gpu,
                             e,
                         )
                     })?
             }
         };
-        if let Some(ci) = cis(host, spec.gpu, index, gi.id)?.first() {
+        if let Some(ci) = cis(host, gpu, index, gi.id)?.first() {
             return Ok(Handles {
                 gpu_instance_id: Some(gi.id),
                 compute_instance_id: Some(ci.id),
                 ..Handles::default()
             });
         }
-        match create_ci(host, spec.gpu, index, &gi, profile.slice_count) {
+        match create_ci(host, gpu, index, &gi, profile.slice_count) {
             Ok(ci) => Ok(Handles {
                 gpu_instance_id: Some(gi.id),
                 compute_instance_id: Some(ci),
@@ -326,7 +329,7 @@ impl Backend for MigBackend {
             Err(e) => {
                 // Leave nothing half-made: the GPU instance goes with its failed compute instance.
                 if let Err(undo) = nvml.destroy_gpu_instance(index, gi.id) {
-                    tracing::warn!(gpu = %spec.gpu, gi = gi.id, error = %undo, "cannot undo GPU instance");
+                    tracing::warn!(gpu = %gpu, gi = gi.id, error = %undo, "cannot undo GPU instance");
                 }
                 Err(e)
             }
@@ -334,19 +337,19 @@ impl Backend for MigBackend {
     }
 
     fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+        let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
-        let profile = profile_by_name(host, spec.gpu, name)?;
-        let (nvml, index) = mig_gpu(host, spec.gpu)?;
-        let Some(gi) = at_start(host, spec.gpu, index, start)? else {
+        let profile = profile_by_name(host, gpu, name)?;
+        let (nvml, index) = mig_gpu(host, gpu)?;
+        let Some(gi) = at_start(host, gpu, index, start)? else {
             return Ok(());
         };
         if gi.profile_id != profile.id {
             return Err(EngineError::Conflict(format!(
                 "slot {start} on GPU {} holds GPU instance {} of another profile; it is not ours to remove",
-                spec.gpu, gi.id
+                gpu, gi.id
             )));
         }
-        let gpu = spec.gpu;
         for ci in cis(host, gpu, index, gi.id)? {
             nvml.destroy_compute_instance(index, gi.id, ci.id)
                 .map_err(|e| {
@@ -365,16 +368,17 @@ impl Backend for MigBackend {
     }
 
     fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+        let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
-        let profile = profile_by_name(host, spec.gpu, name)?;
-        let (_, index) = mig_gpu(host, spec.gpu)?;
-        Ok(match at_start(host, spec.gpu, index, start)? {
+        let profile = profile_by_name(host, gpu, name)?;
+        let (_, index) = mig_gpu(host, gpu)?;
+        Ok(match at_start(host, gpu, index, start)? {
             None => Observed::Absent,
             Some(gi) if gi.profile_id != profile.id => Observed::Changed(format!(
                 "slot {start} holds GPU instance {} of another profile",
                 gi.id
             )),
-            Some(gi) => match cis(host, spec.gpu, index, gi.id)?.first() {
+            Some(gi) => match cis(host, gpu, index, gi.id)?.first() {
                 // A GPU instance without its compute instance: realize completes it.
                 None => Observed::Absent,
                 Some(ci) => present(&gi, Some(ci.id)),

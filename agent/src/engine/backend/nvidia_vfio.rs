@@ -74,27 +74,29 @@ fn vf_handles(host: &Host, vf: PciAddress) -> Result<Handles> {
 
 impl Backend for NvidiaVfioBackend {
     fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+        let gpu = spec.pci()?;
         let ty = type_of(spec)?;
-        let dev = host.gpu(spec.gpu)?;
+        let dev = host.gpu(gpu)?;
         if !Host::is_nvidia(&dev) || dev.sriov.is_none() {
             return Err(EngineError::Unsupported(format!(
                 "GPU {} has no NVIDIA SR-IOV vGPU support",
-                spec.gpu
+                gpu
             )));
         }
-        if !supported(host, spec.gpu)?.contains(&ty) {
+        if !supported(host, gpu)?.contains(&ty) {
             return Err(EngineError::InvalidRequest(format!(
                 "GPU {} does not offer vGPU type {ty}",
-                spec.gpu
+                gpu
             )));
         }
         Ok(())
     }
 
     fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+        let gpu = spec.pci()?;
         let ty = type_of(spec)?;
         let mut free = Vec::new();
-        for (index, vf) in host.vfs(spec.gpu)? {
+        for (index, vf) in host.vfs(gpu)? {
             let taken = reserved
                 .iter()
                 .any(|r| matches!(r, Identity::Vf { address, .. } if *address == vf));
@@ -109,7 +111,7 @@ impl Backend for NvidiaVfioBackend {
         let Some((index, address)) = choose_vf(&free) else {
             return Err(EngineError::NoCapacity(format!(
                 "GPU {} has no free VF for a vGPU",
-                spec.gpu
+                gpu
             )));
         };
         let creatable = vfio::creatable_vgpu_types(host.fs(), address).map_err(|e| {
@@ -121,18 +123,19 @@ impl Backend for NvidiaVfioBackend {
         if !creatable.iter().any(|t| t.id == ty) {
             return Err(EngineError::NoCapacity(format!(
                 "GPU {} cannot take another vGPU of type {ty} now (framebuffer used, or other sizes present)",
-                spec.gpu
+                gpu
             )));
         }
         Ok(Identity::Vf { index, address })
     }
 
     fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+        let gpu = spec.pci()?;
         let (ty, (_, vf)) = (type_of(spec)?, vf_of(id)?);
         if !host.fs().exists(&vfio_dev(vf)) {
             return Err(EngineError::Conflict(format!(
                 "VF {vf} of GPU {} is not enabled",
-                spec.gpu
+                gpu
             )));
         }
         match current(host, vf)? {
@@ -147,7 +150,7 @@ impl Backend for NvidiaVfioBackend {
         vfio::set_current_vgpu_type(host.fs(), vf, Some(ty)).map_err(|e| match e.errno() {
             Some(libc::EINVAL) => EngineError::NoCapacity(format!(
                 "the driver refused vGPU type {ty} on VF {vf} (no room on GPU {})",
-                spec.gpu
+                gpu
             )),
             _ => EngineError::from_vfio(format!("cannot set vGPU type {ty} on VF {vf}"), e),
         })?;

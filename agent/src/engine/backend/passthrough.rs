@@ -74,18 +74,19 @@ fn present(dev: &vfio::PciDevice) -> Observed {
 
 impl Backend for PassthroughBackend {
     fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
-        let dev = host.gpu(spec.gpu)?;
+        let gpu = spec.pci()?;
+        let dev = host.gpu(gpu)?;
         let group = dev.iommu_group.ok_or_else(|| {
             EngineError::Unsupported(format!(
                 "GPU {} has no IOMMU group: is the IOMMU enabled (intel_iommu=on / amd_iommu=on)?",
-                spec.gpu
+                gpu
             ))
         })?;
         let members = vfio::iommu_group(host.fs(), group).map_err(|e| {
             EngineError::from_vfio(format!("cannot read IOMMU group {}", group.0), e)
         })?;
         let mut blockers = Vec::new();
-        for addr in members.devices.iter().filter(|a| **a != spec.gpu) {
+        for addr in members.devices.iter().filter(|a| **a != gpu) {
             let other = host.pci(*addr)?;
             if let Some(d) = other.driver.filter(|d| d != vfio::VFIO_PCI) {
                 blockers.push(format!("{addr} (bound to {d})"));
@@ -95,7 +96,7 @@ impl Backend for PassthroughBackend {
             return Err(EngineError::Unsupported(format!(
                 "IOMMU group {} of GPU {} is not viable for a VM: it also holds {}",
                 group.0,
-                spec.gpu,
+                gpu,
                 blockers.join(", ")
             )));
         }
@@ -103,19 +104,20 @@ impl Backend for PassthroughBackend {
     }
 
     fn plan(&self, host: &Host, spec: &SliceSpec, _reserved: &[Identity]) -> Result<Identity> {
+        let gpu = spec.pci()?;
         self.validate(host, spec)?;
-        let dev = host.gpu(spec.gpu)?;
+        let dev = host.gpu(gpu)?;
         if dev.driver.as_deref() == Some(vfio::VFIO_PCI) {
             return Err(EngineError::Conflict(format!(
                 "GPU {} is bound to vfio-pci already, by someone else",
-                spec.gpu
+                gpu
             )));
         }
         let carried = carried_slices(host, &dev)?;
         if !carried.is_empty() {
             return Err(EngineError::Conflict(format!(
                 "GPU {} carries slices ({}); passing it through would destroy them",
-                spec.gpu,
+                gpu,
                 carried.join(", ")
             )));
         }
@@ -125,38 +127,38 @@ impl Backend for PassthroughBackend {
     }
 
     fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+        let gpu = spec.pci()?;
         original_driver(id)?;
-        vfio::bind_to_vfio(host.fs(), spec.gpu).map_err(|e| {
-            EngineError::from_vfio(format!("cannot bind GPU {} to vfio-pci", spec.gpu), e)
+        vfio::bind_to_vfio(host.fs(), gpu).map_err(|e| {
+            EngineError::from_vfio(format!("cannot bind GPU {} to vfio-pci", gpu), e)
         })?;
-        match present(&host.gpu(spec.gpu)?) {
+        match present(&host.gpu(gpu)?) {
             Observed::Present(h) => Ok(h),
             _ => Err(EngineError::Conflict(format!(
                 "GPU {} is not on vfio-pci after binding",
-                spec.gpu
+                gpu
             ))),
         }
     }
 
     fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+        let gpu = spec.pci()?;
         let restore = original_driver(id)?;
-        let dev = match host.gpu(spec.gpu) {
+        let dev = match host.gpu(gpu) {
             Err(EngineError::NotFound(_)) => return Ok(()),
             other => other?,
         };
         if dev.driver.as_deref() != Some(vfio::VFIO_PCI) {
             return Ok(());
         }
-        vfio::release_from_vfio(host.fs(), spec.gpu, restore).map_err(|e| {
-            EngineError::from_vfio(
-                format!("cannot hand GPU {} back from vfio-pci", spec.gpu),
-                e,
-            )
+        vfio::release_from_vfio(host.fs(), gpu, restore).map_err(|e| {
+            EngineError::from_vfio(format!("cannot hand GPU {} back from vfio-pci", gpu), e)
         })
     }
 
     fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+        let gpu = spec.pci()?;
         original_driver(id)?;
-        Ok(present(&host.gpu(spec.gpu)?))
+        Ok(present(&host.gpu(gpu)?))
     }
 }

@@ -32,33 +32,35 @@ fn on_vfio(dev: &vfio::PciDevice) -> bool {
 
 impl Backend for SriovVfBackend {
     fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+        let gpu = spec.pci()?;
         if spec.kind != SliceKind::SriovVf {
             return Err(EngineError::InvalidRequest(format!(
                 "{} is not a VF slice",
                 spec.kind
             )));
         }
-        let dev = host.gpu(spec.gpu)?;
+        let dev = host.gpu(gpu)?;
         if dev.sriov.is_none() {
             return Err(EngineError::Unsupported(format!(
                 "GPU {} has no SR-IOV",
-                spec.gpu
+                gpu
             )));
         }
         // NVIDIA VFs are only usable through a vGPU type (the nvidia-vfio backend).
         if Host::is_nvidia(&dev) {
             return Err(EngineError::Unsupported(format!(
                 "GPU {} is NVIDIA: its VFs are used through vGPU types, not as plain VFs",
-                spec.gpu
+                gpu
             )));
         }
         Ok(())
     }
 
     fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+        let gpu = spec.pci()?;
         self.validate(host, spec)?;
         let mut free = Vec::new();
-        for (index, vf) in host.vfs(spec.gpu)? {
+        for (index, vf) in host.vfs(gpu)? {
             let taken = reserved
                 .iter()
                 .any(|r| matches!(r, Identity::Vf { address, .. } if *address == vf));
@@ -67,16 +69,17 @@ impl Backend for SriovVfBackend {
             }
         }
         let (index, address) = choose_vf(&free)
-            .ok_or_else(|| EngineError::NoCapacity(format!("GPU {} has no free VF", spec.gpu)))?;
+            .ok_or_else(|| EngineError::NoCapacity(format!("GPU {} has no free VF", gpu)))?;
         Ok(Identity::Vf { index, address })
     }
 
     fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+        let gpu = spec.pci()?;
         let (_, vf) = vf_of(id)?;
         if read_vf(host, vf)?.is_none() {
             return Err(EngineError::Conflict(format!(
                 "VF {vf} of GPU {} is not enabled",
-                spec.gpu
+                gpu
             )));
         }
         vfio::bind_to_vfio(host.fs(), vf)
