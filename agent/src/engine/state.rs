@@ -119,3 +119,73 @@ pub(crate) fn now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::engine::model::DeviceRef;
+
+    /// A body as the code before `DeviceRef` wrote it (`spec.gpu` and `Intent::Create.gpu` were
+    /// bare PCI addresses): it must load, and write back byte-for-byte the same JSON.
+    const OLD_BODY: &str = r#"{
+  "slices": {
+    "6f1c2a4e-0b7d-4c41-9a3e-5d2f8b1c7e90": {
+      "id": "6f1c2a4e-0b7d-4c41-9a3e-5d2f8b1c7e90",
+      "spec": {
+        "gpu": "0000:41:00.0",
+        "kind": {
+          "backend": "mdev",
+          "type_id": "nvidia-222"
+        }
+      },
+      "identity": {
+        "kind": "mdev",
+        "uuid": "2b8e4d1a-9c3f-4e6b-8a7d-1f0e5c3b9a24"
+      },
+      "created": 1764000000
+    }
+  },
+  "allocations": {},
+  "layouts": [],
+  "intents": {
+    "3": {
+      "op": "create",
+      "gpu": "0000:c1:00.0",
+      "slice": null,
+      "enabled_vfs": true
+    }
+  },
+  "next_intent": 3
+}"#;
+
+    #[test]
+    fn state_written_before_virtual_parents_loads_and_round_trips() {
+        let d: Desired = serde_json::from_str(OLD_BODY).unwrap();
+        let s = d.slices.values().next().unwrap();
+        let gpu: ids::PciAddress = "0000:41:00.0".parse().unwrap();
+        assert_eq!(s.spec.gpu, DeviceRef::Pci(gpu));
+        assert_eq!(
+            d.intents[&3].gpu(),
+            &DeviceRef::Pci("0000:c1:00.0".parse().unwrap())
+        );
+        assert_eq!(serde_json::to_string_pretty(&d).unwrap(), OLD_BODY);
+    }
+
+    #[test]
+    fn a_virtual_parent_is_stored_by_its_name() {
+        let mut d: Desired = serde_json::from_str(OLD_BODY).unwrap();
+        let s = d.slices.values_mut().next().unwrap();
+        s.spec.gpu = "mtty".parse().unwrap();
+        assert!(matches!(&s.spec.gpu, DeviceRef::MdevParent(p) if p.as_str() == "mtty"));
+        let text = serde_json::to_string(&d).unwrap();
+        assert!(text.contains(r#""gpu":"mtty""#), "{text}");
+        assert_eq!(serde_json::from_str::<Desired>(&text).unwrap(), d);
+        // A PCI address spelled as a parent name is the PCI function, in one spelling.
+        let upper: DeviceRef = "0000:C1:00.0".parse().unwrap();
+        assert_eq!(upper, DeviceRef::Pci("0000:c1:00.0".parse().unwrap()));
+        assert!("bad/name".parse::<DeviceRef>().is_err());
+        assert!(serde_json::from_str::<DeviceRef>(r#""""#).is_err());
+    }
+}

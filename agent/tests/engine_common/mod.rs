@@ -32,7 +32,7 @@ pub fn engine(sim: &SimHost, dir: &Path) -> Engine {
 
 pub fn spec(gpu: &str, kind: SliceKind) -> SliceSpec {
     SliceSpec {
-        gpu: addr(gpu),
+        gpu: gpu.parse().unwrap(),
         kind,
     }
 }
