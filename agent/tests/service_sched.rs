@@ -156,7 +156,7 @@ fn placement_score_is_a_dry_run() {
 
     // A whole-GPU profile on that GPU: infeasible, with the reason.
     let mut seven = SliceRequest::new("7g.80gb", 1);
-    seven.gpu = Some(one[0].spec.gpu);
+    seven.gpu = one[0].spec.gpu.pci();
     let no = s.placement_score(seven).unwrap();
     assert!(!no.feasible);
     assert!(no.reason.unwrap().contains(&one[0].spec.gpu.to_string()));
