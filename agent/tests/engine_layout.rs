@@ -3,7 +3,9 @@
 
 mod engine_common;
 
-use agent::engine::{Event, GpuSelector, Identity, Layout, LayoutEntry, LayoutState, SliceKind};
+use agent::engine::{
+    AmdPartition, Event, GpuSelector, Identity, Layout, LayoutEntry, LayoutState, SliceKind,
+};
 use engine_common::*;
 
 const A100: &str = "0000:07:00.0";
@@ -19,6 +21,7 @@ fn mig_layout(profile: &str, count: u32) -> Layout {
             slice_type: profile.into(),
             count,
         }],
+        amd: None,
     }
 }
 
@@ -191,4 +194,164 @@ fn mdevctl_definitions_are_adopted_or_created() {
         e.slice(report.adopted[0]).unwrap().spec.kind,
         SliceKind::Mdev { .. }
     ));
+}
+
+const MI300X: &str = "0000:c1:00.0";
+
+fn amd_layout(compute: &str, memory: &str, vfs: Option<u32>, slices: u32) -> Layout {
+    Layout {
+        name: "mi300x".into(),
+        selector: GpuSelector {
+            addresses: vec![addr(MI300X)],
+            ..GpuSelector::default()
+        },
+        slices: vec![LayoutEntry {
+            slice_type: "vf".into(),
+            count: slices,
+        }],
+        amd: Some(AmdPartition {
+            compute: compute.into(),
+            memory: memory.into(),
+            vfs,
+        }),
+    }
+}
+
+fn modes(h: &sim::SimHost) -> (String, String, u32) {
+    let amd = h.amd();
+    let p = amd.partition(addr(MI300X)).unwrap();
+    let n = amd.num_vf(addr(MI300X)).unwrap();
+    (p.compute, p.memory, n.enabled)
+}
+
+fn vf_slices(e: &agent::engine::Engine) -> usize {
+    e.slices()
+        .into_iter()
+        .filter(|s| matches!(s.identity, Identity::Vf { .. }))
+        .count()
+}
+
+#[test]
+fn an_amd_layout_sets_partition_modes_and_vfs() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    assert_eq!(modes(&h), ("SPX".into(), "NPS1".into(), 1));
+    let view = e
+        .set_layouts(vec![amd_layout("CPX", "NPS4", Some(8), 8)])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_eq!(modes(&h), ("CPX".into(), "NPS4".into(), 8));
+    assert_eq!(vf_slices(&e), 8);
+    // Applying again changes nothing.
+    let before: Vec<_> = e.slices().into_iter().map(|s| s.id).collect();
+    e.reconcile().unwrap();
+    assert_eq!(
+        e.slices().into_iter().map(|s| s.id).collect::<Vec<_>>(),
+        before
+    );
+    // Old layout JSON (no `amd`) still loads; the new field round-trips.
+    let old: Layout =
+        serde_json::from_str(r#"{"name":"x","slices":[{"type":"vf","count":1}]}"#).unwrap();
+    assert_eq!(old.amd, None);
+    let json = serde_json::to_string(&view.layouts[0]).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Layout>(&json).unwrap(),
+        view.layouts[0]
+    );
+}
+
+#[test]
+fn an_amd_partition_change_waits_for_the_allocated_vf_then_completes() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let view = e
+        .set_layouts(vec![amd_layout("SPX", "NPS1", Some(1), 1)])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    let held = e.allocate(request("vm1", "vf", Some(MI300X))).unwrap();
+    let view = e
+        .set_layouts(vec![amd_layout("CPX", "NPS4", Some(8), 8)])
+        .unwrap();
+    let st = &view.status[0];
+    assert_eq!(st.state, LayoutState::Pending, "{st:?}");
+    assert!(
+        st.reasons
+            .iter()
+            .any(|r| r.contains("allocated to \"vm1\"")),
+        "{st:?}"
+    );
+    assert_eq!(
+        modes(&h),
+        ("SPX".into(), "NPS1".into(), 1),
+        "nothing changed"
+    );
+    assert!(e.slice(held.slices[0]).is_ok());
+
+    e.release(held.id).unwrap();
+    let st = &e.layouts().status[0];
+    assert_eq!(st.state, LayoutState::Applied, "{st:?}");
+    assert_eq!(modes(&h), ("CPX".into(), "NPS4".into(), 8));
+    assert_eq!(vf_slices(&e), 8);
+}
+
+#[test]
+fn bad_amd_modes_or_counts_are_refused_with_nothing_touched() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let code = |l: Layout| e.set_layouts(vec![l]).unwrap_err().code();
+    assert_eq!(code(amd_layout("XPX", "NPS1", None, 1)), "invalid_request");
+    assert_eq!(code(amd_layout("CPX", "NPS8", None, 1)), "invalid_request");
+    assert_eq!(
+        code(amd_layout("QPX", "NPS4", Some(8), 1)),
+        "invalid_request"
+    );
+    assert_eq!(
+        code(amd_layout("CPX", "NPS4", Some(9), 1)),
+        "invalid_request"
+    );
+    assert_eq!(
+        code(amd_layout("DPX", "NPS1", Some(2), 3)),
+        "invalid_request"
+    );
+    let mut nvidia = amd_layout("CPX", "NPS4", None, 0);
+    nvidia.selector.addresses = vec![addr("0000:41:00.0")];
+    assert_eq!(code(nvidia), "invalid_request");
+    assert!(e.layouts().layouts.is_empty(), "nothing was stored");
+    assert!(e.slices().is_empty(), "nothing was made");
+    assert_eq!(modes(&h), ("SPX".into(), "NPS1".into(), 1));
+}
+
+#[test]
+fn an_amd_smi_fault_mid_way_fails_the_gpu_and_the_next_apply_recovers() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    h.inject_fault(
+        "amd:amdsmi_set_gpu_compute_partition=BUSY,times=1"
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
+    let view = e
+        .set_layouts(vec![amd_layout("CPX", "NPS4", Some(8), 8)])
+        .unwrap();
+    let st = &view.status[0];
+    assert_eq!(st.state, LayoutState::Failed, "{st:?}");
+    assert!(
+        st.reasons
+            .iter()
+            .any(|r| r.contains("compute partition CPX") && r.contains("busy")),
+        "{st:?}"
+    );
+    assert_eq!(vf_slices(&e), 0);
+    // Half way: memory already set, compute not, VFs off.
+    assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 0));
+    e.reconcile().unwrap();
+    let st = &e.layouts().status[0];
+    assert_eq!(st.state, LayoutState::Applied, "{st:?}");
+    assert_eq!(modes(&h), ("CPX".into(), "NPS4".into(), 8));
+    assert_eq!(vf_slices(&e), 8);
 }

@@ -126,6 +126,7 @@ fn entry_layout(config: &str, i: usize, e: &MigPartedEntry) -> Result<Layout> {
             ..GpuSelector::default()
         },
         slices,
+        amd: None,
     })
 }
 

@@ -15,6 +15,7 @@ use super::events::Event;
 use super::model::{SliceKind, SliceSpec};
 use super::resolve::{check_type, gpus, kind_on};
 use super::state::OwnedSlice;
+use super::vfs;
 use super::{Engine, lock};
 
 /// The slices a set of GPUs should carry.
@@ -28,6 +29,22 @@ pub struct Layout {
     pub selector: GpuSelector,
     /// What each selected GPU carries.
     pub slices: Vec<LayoutEntry>,
+    /// AMD partition modes and VF count the selected GPUs are set to before their slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amd: Option<AmdPartition>,
+}
+
+/// An AMD GPU's compute and memory partition modes and how many VFs to enable in them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmdPartition {
+    /// Compute partition mode (`SPX`, `DPX`, `TPX`, `QPX`, `CPX`).
+    pub compute: String,
+    /// Memory partition mode (`NPS1`, `NPS2`, `NPS4`, `NPS8`).
+    pub memory: String,
+    /// VFs to enable; absent: as many as the mode supports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vfs: Option<u32>,
 }
 
 /// Which GPUs a layout is for.
@@ -144,6 +161,40 @@ fn creation_order(kind: &SliceKind) -> i32 {
     }
 }
 
+fn status(
+    gpu: PciAddress,
+    layout: &Layout,
+    pending: Vec<String>,
+    mut failed: Vec<String>,
+) -> GpuLayoutStatus {
+    let state = if !failed.is_empty() {
+        LayoutState::Failed
+    } else if !pending.is_empty() {
+        LayoutState::Pending
+    } else {
+        LayoutState::Applied
+    };
+    failed.extend(pending);
+    GpuLayoutStatus {
+        gpu,
+        layout: layout.name.clone(),
+        state,
+        reasons: failed,
+    }
+}
+
+/// Most VFs a compute mode can carry, where the mode fixes it: one per compute partition. CPX
+/// has one partition per XCD, which only the SR-IOV total bounds here.
+fn mode_vf_limit(mode: &str) -> Option<u32> {
+    match mode {
+        "SPX" => Some(1),
+        "DPX" => Some(2),
+        "TPX" => Some(3),
+        "QPX" => Some(4),
+        _ => None,
+    }
+}
+
 impl Engine {
     /// Replaces the declared layouts (checked against the host first) and applies them.
     pub fn set_layouts(&self, layouts: Vec<Layout>) -> Result<LayoutsView> {
@@ -216,6 +267,9 @@ impl Engine {
                 )));
             }
             for l in chosen {
+                if let Some(want) = &l.amd {
+                    self.check_partition(&dev, l, want)?;
+                }
                 for e in &l.slices {
                     if kind_on(self.host(), &dev, e.slice_type.trim())?.is_none() {
                         return Err(EngineError::InvalidRequest(format!(
@@ -281,6 +335,14 @@ impl Engine {
             }
         }
         want.sort_by_key(|(k, _)| creation_order(k));
+        if let Some(part) = &layout.amd
+            && failed.is_empty()
+        {
+            self.apply_partition(gpu, part, &mut pending, &mut failed)?;
+            if !pending.is_empty() || !failed.is_empty() {
+                return Ok(status(gpu, layout, pending, failed));
+            }
+        }
         let owned: Vec<OwnedSlice> = self.read(|d| {
             d.slices
                 .values()
@@ -321,20 +383,7 @@ impl Engine {
                 }
             }
         }
-        let state = if !failed.is_empty() {
-            LayoutState::Failed
-        } else if !pending.is_empty() {
-            LayoutState::Pending
-        } else {
-            LayoutState::Applied
-        };
-        failed.extend(pending);
-        Ok(GpuLayoutStatus {
-            gpu,
-            layout: layout.name.clone(),
-            state,
-            reasons: failed,
-        })
+        Ok(status(gpu, layout, pending, failed))
     }
 
     /// Destroys an owned slice the layout does not want, unless it is allocated or in use.
@@ -363,5 +412,199 @@ impl Engine {
             Err(e) => failed.push(format!("cannot destroy slice {}: {}", s.id, chain(&e))),
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Refuses a partition the GPU cannot take, before anything is touched.
+    fn check_partition(
+        &self,
+        dev: &vfio::PciDevice,
+        l: &Layout,
+        want: &AmdPartition,
+    ) -> Result<()> {
+        let gpu = dev.address;
+        let bad = |why: String| EngineError::InvalidRequest(format!("layout {}: {why}", l.name));
+        let amd = self
+            .host()
+            .amd()
+            .filter(|_| dev.vendor == ids::PciVendorId::AMD)
+            .ok_or_else(|| bad(format!("GPU {gpu} has no AMD SMI partition modes")))?;
+        let timeout = self.host().timeout();
+        let now = amd.partition(gpu).map_err(|e| {
+            EngineError::from_amd(
+                format!("cannot read partitions of GPU {gpu}"),
+                gpu,
+                timeout,
+                e,
+            )
+        })?;
+        if !now.compute_available.contains(&want.compute) {
+            return Err(bad(format!(
+                "GPU {gpu} offers compute modes {:?}, not {:?}",
+                now.compute_available, want.compute
+            )));
+        }
+        if !now.memory_available.contains(&want.memory) {
+            return Err(bad(format!(
+                "GPU {gpu} offers memory modes {:?}, not {:?}",
+                now.memory_available, want.memory
+            )));
+        }
+        let total = dev.sriov.as_ref().map_or(0, |s| s.total_vfs);
+        let mut limit = mode_vf_limit(&want.compute).unwrap_or(total).min(total);
+        if now.compute == want.compute
+            && let Ok(c) = amd.num_vf(gpu)
+        {
+            limit = limit.min(c.supported);
+        }
+        let vf_slices: u32 = l
+            .slices
+            .iter()
+            .filter(|e| e.slice_type.trim() == "vf")
+            .map(|e| e.count)
+            .sum();
+        let asked = want.vfs.unwrap_or(limit);
+        if asked > limit || vf_slices > asked {
+            return Err(bad(format!(
+                "GPU {gpu} supports at most {limit} VFs in {}; {asked} VFs and {vf_slices} VF slices asked",
+                want.compute
+            )));
+        }
+        Ok(())
+    }
+
+    /// Brings the GPU to the partition modes and VF count; the slices follow. Called with the
+    /// GPU lock held.
+    fn apply_partition(
+        &self,
+        gpu: PciAddress,
+        want: &AmdPartition,
+        pending: &mut Vec<String>,
+        failed: &mut Vec<String>,
+    ) -> Result<()> {
+        let host = self.host();
+        let Some(amd) = host.amd() else {
+            failed.push(format!("GPU {gpu}: AMD SMI is not available"));
+            return Ok(());
+        };
+        let timeout = host.timeout();
+        let amd_err = |what: String, e| EngineError::from_amd(what, gpu, timeout, e);
+        let now = match amd.partition(gpu) {
+            Ok(p) => p,
+            Err(e) => {
+                failed.push(chain(&amd_err(
+                    format!("cannot read partitions of GPU {gpu}"),
+                    e,
+                )));
+                return Ok(());
+            }
+        };
+        let modes_match = now.compute == want.compute && now.memory == want.memory;
+        let enabled = host.vfs(gpu)?.len() as u32;
+        if modes_match
+            && want.vfs.is_none_or(|n| n == enabled)
+            && (enabled > 0 || want.vfs == Some(0))
+        {
+            return Ok(());
+        }
+        if !self.clear_gpu_for_partition(gpu, pending, failed)? {
+            return Ok(());
+        }
+        if enabled > 0
+            && let Err(e) = vfs::set_count(host, gpu, 0)
+        {
+            failed.push(format!(
+                "cannot disable the VFs of GPU {gpu}: {}",
+                chain(&e)
+            ));
+            return Ok(());
+        }
+        if now.memory != want.memory
+            && let Err(e) = amd.set_memory_partition(gpu, &want.memory)
+        {
+            let e = amd_err(
+                format!("cannot set memory partition {} on GPU {gpu}", want.memory),
+                e,
+            );
+            failed.push(chain(&e));
+            return Ok(());
+        }
+        if now.compute != want.compute
+            && let Err(e) = amd.set_compute_partition(gpu, &want.compute)
+        {
+            let e = amd_err(
+                format!("cannot set compute partition {} on GPU {gpu}", want.compute),
+                e,
+            );
+            failed.push(chain(&e));
+            return Ok(());
+        }
+        let supported = match amd.num_vf(gpu) {
+            Ok(c) => c.supported,
+            Err(e) => {
+                failed.push(chain(&amd_err(format!("cannot read VFs of GPU {gpu}"), e)));
+                return Ok(());
+            }
+        };
+        let asked = want.vfs.unwrap_or(supported);
+        if asked > supported {
+            failed.push(format!(
+                "GPU {gpu} supports {supported} VFs in {}, {asked} asked",
+                want.compute
+            ));
+            return Ok(());
+        }
+        if asked > 0 {
+            match vfs::set_count(host, gpu, asked) {
+                Ok(got) if got < asked => {
+                    failed.push(format!("GPU {gpu} enabled {got} of the {asked} VFs asked"))
+                }
+                Ok(_) => {}
+                Err(e) => failed.push(format!(
+                    "cannot enable {asked} VFs on GPU {gpu}: {}",
+                    chain(&e)
+                )),
+            }
+        }
+        Ok(())
+    }
+
+    /// Destroys the GPU's free owned slices so its VFs can go; false (with the reason) while an
+    /// allocated slice or a VF someone else uses stands in the way.
+    fn clear_gpu_for_partition(
+        &self,
+        gpu: PciAddress,
+        pending: &mut Vec<String>,
+        failed: &mut Vec<String>,
+    ) -> Result<bool> {
+        let owned: Vec<OwnedSlice> = self.read(|d| {
+            d.slices
+                .values()
+                .filter(|s| s.spec.gpu == gpu)
+                .cloned()
+                .collect()
+        });
+        let allocated = self.read(|d| owned.iter().any(|s| d.holder(s.id).is_some()));
+        for s in &owned {
+            // An allocated slice blocks the change: keep the free ones until it can go too.
+            if allocated && self.read(|d| d.holder(s.id).is_none()) {
+                continue;
+            }
+            self.remove_surplus(s, pending, failed)?;
+        }
+        if !pending.is_empty() || !failed.is_empty() {
+            pending.iter_mut().for_each(|r| {
+                r.push_str("; the partition change waits for it");
+            });
+            return Ok(false);
+        }
+        if vfs::in_use(self.host(), gpu, &[])? {
+            pending.push(format!(
+                "GPU {gpu} has VFs in use outside vgpud; the partition change waits for them"
+            ));
+            return Ok(false);
+        }
+        Ok(true)
     }
 }

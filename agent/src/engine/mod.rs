@@ -43,7 +43,9 @@ use tokio::sync::broadcast;
 pub use alloc::Finish;
 pub use error::{EngineError, Result};
 pub use events::Event;
-pub use layout::{GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView};
+pub use layout::{
+    AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
+};
 pub use model::*;
 pub use reconcile::{ReconcileReport, StaleVmLink};
 

@@ -138,6 +138,7 @@ impl LayoutsRequest {
                     name: l.name.clone(),
                     selector: selector(&at, &l.selector)?,
                     slices: entries(&at, &l.slices)?,
+                    amd: None,
                 })
             })
             .collect()
@@ -395,6 +396,7 @@ mod tests {
             name: "a".into(),
             selector: engine::GpuSelector::default(),
             slices: vec![],
+            amd: None,
         }];
         let mut b = a.clone();
         assert_eq!(etag_of(&a), etag_of(&b));
