@@ -103,6 +103,61 @@ pub struct Layout {
     /// What each selected GPU carries.
     #[schema(max_items = 64)]
     pub slices: Vec<LayoutEntry>,
+    /// AMD GPUs: the partition modes to set (and how many VFs to enable) before the slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amd: Option<AmdPartition>,
+}
+
+/// An AMD GPU's partition modes and VF count, set by a layout (VFs are disabled while the modes
+/// change, so the GPU stays `pending` while any of its slices is allocated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AmdPartition {
+    /// Compute partition mode: `SPX`, `DPX`, `TPX`, `QPX` or `CPX`.
+    #[schema(pattern = r"^(SPX|DPX|TPX|QPX|CPX)$", example = "CPX")]
+    pub compute: String,
+    /// Memory partition mode: `NPS1`, `NPS2`, `NPS4` or `NPS8`.
+    #[schema(pattern = r"^NPS(1|2|4|8)$", example = "NPS4")]
+    pub memory: String,
+    /// VFs to enable; absent: as many as the mode supports.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::int::opt_u32"
+    )]
+    #[schema(minimum = 0, maximum = 64)]
+    pub vfs: Option<u32>,
+}
+
+impl AmdPartition {
+    fn to_engine(&self, at: &str) -> Result<engine::AmdPartition, ApiError> {
+        let modes: [(&str, &str, &[&str]); 2] = [
+            (
+                "compute",
+                &self.compute,
+                &["SPX", "DPX", "TPX", "QPX", "CPX"],
+            ),
+            ("memory", &self.memory, &["NPS1", "NPS2", "NPS4", "NPS8"]),
+        ];
+        for (field, value, known) in modes {
+            if !known.contains(&value) {
+                return Err(ApiError::Unprocessable(format!(
+                    "{at}.amd.{field}: {value:?} is not one of {}",
+                    known.join(", ")
+                )));
+            }
+        }
+        if self.vfs.is_some_and(|v| v > MAX_ITEMS as u32) {
+            return Err(ApiError::Unprocessable(format!(
+                "{at}.amd.vfs: at most {MAX_ITEMS}"
+            )));
+        }
+        Ok(engine::AmdPartition {
+            compute: self.compute.clone(),
+            memory: self.memory.clone(),
+            vfs: self.vfs,
+        })
+    }
 }
 
 /// Most layouts, selector items or entries in one document.
@@ -138,7 +193,7 @@ impl LayoutsRequest {
                     name: l.name.clone(),
                     selector: selector(&at, &l.selector)?,
                     slices: entries(&at, &l.slices)?,
-                    amd: None,
+                    amd: l.amd.as_ref().map(|a| a.to_engine(&at)).transpose()?,
                 })
             })
             .collect()
@@ -244,6 +299,11 @@ impl From<&engine::Layout> for Layout {
                     count: e.count,
                 })
                 .collect(),
+            amd: l.amd.as_ref().map(|a| AmdPartition {
+                compute: a.compute.clone(),
+                memory: a.memory.clone(),
+                vfs: a.vfs,
+            }),
         }
     }
 }
@@ -388,6 +448,24 @@ mod tests {
         assert!(
             parse(r#"{"layouts":[{"name":"a","slices":[{"type":"vf","count":65}]}]}"#).is_err()
         );
+        let amd = r#"{"layouts":[{"name":"a","slices":[],"amd":{"compute":"CPX","memory":"NPS4","vfs":8}}]}"#;
+        let layouts = parse(amd).unwrap();
+        assert_eq!(
+            layouts[0].amd.as_ref().map(|a| (a.compute.as_str(), a.vfs)),
+            Some(("CPX", Some(8)))
+        );
+        assert_eq!(Layout::from(&layouts[0]).amd.unwrap().memory, "NPS4");
+        for bad in [
+            r#"{"layouts":[{"name":"a","slices":[],"amd":{"compute":"XPX","memory":"NPS4"}}]}"#,
+            r#"{"layouts":[{"name":"a","slices":[],"amd":{"compute":"CPX","memory":"NPS3"}}]}"#,
+            r#"{"layouts":[{"name":"a","slices":[],"amd":{"compute":"CPX","memory":"NPS4","vfs":65}}]}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(serde_json::from_str::<LayoutsRequest>(
+            r#"{"layouts":[{"name":"a","slices":[],"amd":{"compute":"CPX","memory":"NPS4","x":1}}]}"#
+        )
+        .is_err());
     }
 
     #[test]
