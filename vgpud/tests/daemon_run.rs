@@ -220,7 +220,8 @@ fn serves_rest_on_its_socket_and_stops_cleanly_on_sigterm() {
     assert_eq!(host["gpus"].as_array().unwrap().len(), 8, "{body}");
     assert_eq!(host["numa_nodes"].as_array().unwrap().len(), 2, "{body}");
 
-    let log = d.log_text();
+    // The socket accepts before the D-Bus attempt and the ready line finish: wait for that line.
+    let log = d.wait_for_log("ready: serving on", Duration::from_secs(10));
     assert!(log.contains("running without D-Bus"), "{log}");
     assert!(log.contains("ready: serving on"), "{log}");
 
