@@ -32,19 +32,7 @@ const SET_COMPUTE: &str = "amdsmi_set_gpu_compute_partition";
 const SET_MEMORY: &str = "amdsmi_set_gpu_memory_partition";
 
 fn visible(state: &State, hw: &Hw) -> Vec<PciAddress> {
-    state
-        .profile
-        .gpus
-        .iter()
-        .filter(|g| {
-            state
-                .profile
-                .model_of(g)
-                .is_some_and(|m| m.vendor == PciVendorId::AMD)
-        })
-        .filter(|g| state.bound_to_default(hw, g.address))
-        .map(|g| g.address)
-        .collect()
+    state.library_visible_gpus(hw, PciVendorId::AMD)
 }
 
 fn amd_gpu<'a>(state: &'a State, hw: &Hw, gpu: PciAddress) -> Result<&'a GpuModel, AmdStatus> {

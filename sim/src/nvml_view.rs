@@ -68,21 +68,10 @@ mod calls {
 
 /// The NVIDIA GPUs NVML sees, in index order.
 pub(crate) fn visible_gpus(state: &State, hw: &Hw) -> Vec<PciAddress> {
-    state
-        .profile
-        .gpus
-        .iter()
-        .filter(|g| {
-            state
-                .profile
-                .model_of(g)
-                .is_some_and(|m| m.vendor == PciVendorId::NVIDIA)
-        })
-        .filter(|g| state.bound_to_default(hw, g.address))
-        .map(|g| g.address)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
+    // NVML numbers devices in PCI address order, whatever order the profile lists them in.
+    let mut gpus = state.library_visible_gpus(hw, PciVendorId::NVIDIA);
+    gpus.sort();
+    gpus
 }
 
 /// The UUID NVML reports for a GPU.

@@ -529,6 +529,18 @@ impl State {
             .collect()
     }
 
+    /// The profile's GPUs from `vendor` that its library can see: present and bound to their
+    /// default driver (a GPU on vfio-pci disappears from NVML and AMD SMI). Profile order.
+    pub(crate) fn library_visible_gpus(&self, hw: &Hw, vendor: PciVendorId) -> Vec<PciAddress> {
+        self.profile
+            .gpus
+            .iter()
+            .filter(|g| self.profile.model_of(g).is_some_and(|m| m.vendor == vendor))
+            .filter(|g| self.bound_to_default(hw, g.address))
+            .map(|g| g.address)
+            .collect()
+    }
+
     /// Whether a present function is bound to its default driver.
     pub(crate) fn bound_to_default(&self, hw: &Hw, addr: PciAddress) -> bool {
         let bound = self.pci.get(&addr).and_then(|p| p.driver.clone());
