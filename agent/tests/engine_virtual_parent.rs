@@ -108,3 +108,74 @@ fn explicit_mdev_create_on_a_virtual_parent_and_refusals() {
     e.destroy_slice(s.id).unwrap();
     assert!(!present(&h, s.handles.mdev_uuid.unwrap()));
 }
+
+#[test]
+fn foreign_mdevs_on_a_virtual_parent_are_reported_and_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let h = SimHost::create(&tmp.path().join("host"), rig_profile()).unwrap();
+    let e = engine(&h, &tmp.path().join("state"));
+    let ours = create(&e, "mtty", mdev_kind("mtty-1")).unwrap();
+    let foreign = MdevUuid::new_random();
+    mdev::create(
+        h.sysfs().as_ref(),
+        &mtty(),
+        &"mtty-2".parse().unwrap(),
+        foreign,
+    )
+    .unwrap();
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.foreign.len(), 1, "{report:?}");
+    assert!(
+        report.foreign[0].contains(&foreign.to_string()),
+        "{report:?}"
+    );
+    assert!(report.foreign[0].contains("mtty"), "{report:?}");
+    assert!(present(&h, foreign), "a foreign mdev is never touched");
+    assert!(present(&h, ours.handles.mdev_uuid.unwrap()));
+    assert_eq!(e.slices().len(), 1, "the foreign mdev is not adopted");
+}
+
+#[test]
+fn mdevctl_definitions_on_a_virtual_parent_are_adopted_or_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let h = SimHost::create(&tmp.path().join("host"), rig_profile()).unwrap();
+    let e = engine(&h, &tmp.path().join("state"));
+    let existing = MdevUuid::new_random();
+    let missing = MdevUuid::new_random();
+    mdev::create(
+        h.sysfs().as_ref(),
+        &mtty(),
+        &"mtty-2".parse().unwrap(),
+        existing,
+    )
+    .unwrap();
+    let defs = tempfile::tempdir().unwrap();
+    let pdir = defs.path().join("mtty");
+    std::fs::create_dir(&pdir).unwrap();
+    let def = r#"{"mdev_type": "mtty-2", "start": "auto", "attrs": []}"#;
+    std::fs::write(pdir.join(existing.to_string()), def).unwrap();
+    std::fs::write(pdir.join(missing.to_string()), def).unwrap();
+    // A type the parent does not offer is skipped, and nothing is created for it.
+    let wrong = MdevUuid::new_random();
+    std::fs::write(
+        pdir.join(wrong.to_string()),
+        r#"{"mdev_type": "mdpy-hd", "attrs": []}"#,
+    )
+    .unwrap();
+    let report = e.import_mdevctl(defs.path()).unwrap();
+    assert_eq!(
+        (
+            report.adopted.len(),
+            report.created.len(),
+            report.skipped.len()
+        ),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    assert!(present(&h, existing) && present(&h, missing));
+    assert!(!present(&h, wrong));
+    for s in e.slices() {
+        assert_eq!(s.spec.gpu, DeviceRef::MdevParent(mtty()));
+    }
+    assert!(e.reconcile().unwrap().foreign.is_empty());
+}

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
+use ids::{MdevParentName, MdevTypeId, MdevUuid};
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use super::error::{EngineError, Result};
 use super::layout::{GpuSelector, Layout, LayoutEntry};
-use super::model::{Identity, SliceId, SliceKind, SliceSpec};
+use super::model::{DeviceRef, Identity, SliceId, SliceKind, SliceSpec};
 use super::state::{OwnedSlice, now};
 
 /// The largest import file read (mig-parted configs and mdevctl definitions are small).
@@ -154,8 +154,8 @@ pub struct ImportReport {
 
 impl Engine {
     /// Imports mdevctl's persisted definitions (`<dir>/<parent>/<uuid>`, normally
-    /// `/etc/mdevctl.d`) on GPU parents: an mdev that exists with that UUID and type is adopted
-    /// as it is; one that does not is created with that UUID.
+    /// `/etc/mdevctl.d`) on GPUs and on virtual parents (`mtty`, …): an mdev that exists with that
+    /// UUID and type is adopted as it is; one that does not is created with that UUID.
     pub fn import_mdevctl(&self, dir: &Path) -> Result<ImportReport> {
         let mut report = ImportReport::default();
         for (parent, uuid, path) in definition_files(dir)? {
@@ -180,19 +180,17 @@ impl Engine {
                 "mdev attributes are not supported".into(),
             ));
         }
-        let gpu: PciAddress = parent
-            .pci_address()
-            .ok_or_else(|| EngineError::Unsupported(format!("parent {parent} is not a PCI GPU")))?;
+        let device = DeviceRef::from(parent);
         let type_id: MdevTypeId = def
             .mdev_type
             .parse()
             .map_err(|e: ids::IdError| EngineError::InvalidRequest(e.to_string()))?;
         let spec = SliceSpec {
-            gpu: gpu.into(),
+            gpu: device.clone(),
             kind: SliceKind::Mdev { type_id },
         };
         let identity = Identity::Mdev { uuid };
-        let _gpu = self.inner.gpu_locks.lock(gpu);
+        let _device = self.inner.gpu_locks.lock(device);
         if let Some(id) = self.read(|d| {
             d.slices
                 .values()

@@ -118,7 +118,12 @@ impl fmt::Display for BackendKind {
 
 /// What kind of slice, with its backend's parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "backend", rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(
+    tag = "backend",
+    rename_all = "kebab-case",
+    deny_unknown_fields,
+    from = "SliceKindInput"
+)]
 pub enum SliceKind {
     /// An mdev of this type.
     Mdev {
@@ -142,6 +147,40 @@ pub enum SliceKind {
     },
     /// The whole GPU.
     Passthrough,
+}
+
+/// [`SliceKind`] as read: serde ignores unknown fields next to the tag of an internally tagged
+/// *unit* variant even under `deny_unknown_fields`, so the parameterless kinds are read as empty
+/// struct variants, which refuse them (`{"backend": "sriov-vf", "type_id": "x"}` is an error, not
+/// a VF).
+#[derive(Deserialize)]
+#[serde(tag = "backend", rename_all = "kebab-case", deny_unknown_fields)]
+enum SliceKindInput {
+    Mdev {
+        type_id: MdevTypeId,
+    },
+    NvidiaVfio {
+        vgpu_type: VgpuTypeId,
+    },
+    SriovVf {},
+    Mig {
+        profile: MigProfileName,
+        #[serde(default)]
+        start: Option<u32>,
+    },
+    Passthrough {},
+}
+
+impl From<SliceKindInput> for SliceKind {
+    fn from(input: SliceKindInput) -> Self {
+        match input {
+            SliceKindInput::Mdev { type_id } => SliceKind::Mdev { type_id },
+            SliceKindInput::NvidiaVfio { vgpu_type } => SliceKind::NvidiaVfio { vgpu_type },
+            SliceKindInput::SriovVf {} => SliceKind::SriovVf,
+            SliceKindInput::Mig { profile, start } => SliceKind::Mig { profile, start },
+            SliceKindInput::Passthrough {} => SliceKind::Passthrough,
+        }
+    }
 }
 
 impl SliceKind {
@@ -634,6 +673,16 @@ mod tests {
             serde_json::from_str::<SliceKind>(r#"{"backend": "mdev", "type_id": "../x"}"#).is_err()
         );
         assert!(serde_json::from_str::<SliceKind>(r#"{"backend": "warp"}"#).is_err());
+        for stray in [
+            r#"{"backend": "sriov-vf", "type_id": "nvidia-222"}"#,
+            r#"{"backend": "passthrough", "start": 0}"#,
+            r#"{"backend": "mig", "profile": "3g.40gb", "placement": 0}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<SliceKind>(stray).is_err(),
+                "{stray} must be refused"
+            );
+        }
         let req: SliceRequest = serde_json::from_str(r#"{"type": "vf"}"#).unwrap();
         assert_eq!(req.count, 1);
         let id = SliceId::new_random();

@@ -5,17 +5,17 @@
 //! vendor-VFIO types and MIG instances, then mdevs, with their recorded identities; report
 //! foreign slices (never touch them); apply layouts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ids::PciAddress;
-use inventory::ExistingSlice;
+use inventory::{ExistingSlice, HostInventory};
 use serde::{Deserialize, Serialize};
 
 use super::backend::{Observed, backend};
 use super::error::{EngineError, Result, chain};
 use super::events::Event;
 use super::layout::GpuLayoutStatus;
-use super::model::{BackendKind, Identity, SliceId};
+use super::model::{BackendKind, DeviceRef, Identity, SliceId};
 use super::state::{Intent, OwnedSlice};
 use super::{Engine, lock, vfs};
 
@@ -250,15 +250,16 @@ impl Engine {
     fn find_foreign(&self, report: &mut ReconcileReport) {
         let inv = self.inventory();
         let owned = self.read(|d| {
-            let mut v: Vec<(PciAddress, Identity)> = d
+            // Slices on virtual parents have no PCI address; their mdevs are matched by UUID.
+            let mut v: Vec<(Option<PciAddress>, Identity)> = d
                 .slices
                 .values()
-                .filter_map(|s| Some((s.spec.gpu.pci()?, s.identity.clone())))
+                .map(|s| (s.spec.gpu.pci(), s.identity.clone()))
                 .collect();
             v.extend(
                 d.intents
                     .values()
-                    .filter_map(|i| Some((i.gpu().pci()?, i.identity()?.clone()))),
+                    .filter_map(|i| Some((i.gpu().pci(), i.identity()?.clone()))),
             );
             v
         });
@@ -282,6 +283,43 @@ impl Engine {
                 report.foreign.push(text);
             }
         }
+        self.find_foreign_on_virtual_parents(&inv, &owned, &mut seen, report);
+    }
+
+    /// mdevs on parents that are not GPUs (the kernel's `mtty`, `mdpy`, …) that vgpud did not
+    /// create: an mdev is ours exactly when its UUID is in the ledger or an intent.
+    fn find_foreign_on_virtual_parents(
+        &self,
+        inv: &HostInventory,
+        owned: &[(Option<PciAddress>, Identity)],
+        seen: &mut BTreeSet<String>,
+        report: &mut ReconcileReport,
+    ) {
+        for parent in inv
+            .other_mdev_parents
+            .iter()
+            .filter(|p| p.pci_address.is_none())
+        {
+            for t in &parent.types {
+                for uuid in &t.devices {
+                    let ours = owned
+                        .iter()
+                        .any(|(_, id)| matches!(id, Identity::Mdev { uuid: u } if u == uuid));
+                    if ours {
+                        continue;
+                    }
+                    let text = format!("mdev {uuid} ({}) on {}", t.id, parent.name);
+                    if seen.insert(text.clone()) {
+                        tracing::info!(slice = %text, "foreign slice found; left alone");
+                        self.emit(Event::ForeignFound {
+                            gpu: DeviceRef::from(parent.name.clone()),
+                            slice: text.clone(),
+                        });
+                    }
+                    report.foreign.push(text);
+                }
+            }
+        }
     }
 
     /// Foreign slices seen on the host (as of the last reconcile).
@@ -290,15 +328,16 @@ impl Engine {
     }
 }
 
-fn is_ours(gpu: PciAddress, id: &Identity, on: PciAddress, slice: &ExistingSlice) -> bool {
+fn is_ours(gpu: Option<PciAddress>, id: &Identity, on: PciAddress, slice: &ExistingSlice) -> bool {
+    let same_gpu = gpu == Some(on);
     match (slice, id) {
         (ExistingSlice::Mdev { uuid, .. }, Identity::Mdev { uuid: u }) => uuid == u,
         (ExistingSlice::Mig { start, .. }, Identity::Mig { start: s, .. }) => {
-            gpu == on && start == s
+            same_gpu && start == s
         }
         (ExistingSlice::NvidiaVfio { vf, .. }, Identity::Vf { address, .. })
         | (ExistingSlice::SriovVf { vf }, Identity::Vf { address, .. }) => vf == address,
-        (ExistingSlice::Passthrough { .. }, Identity::Passthrough { .. }) => gpu == on,
+        (ExistingSlice::Passthrough { .. }, Identity::Passthrough { .. }) => same_gpu,
         _ => false,
     }
 }
