@@ -124,6 +124,11 @@ pub fn read_type(
     ty: &MdevTypeId,
 ) -> Result<MdevType, MdevError> {
     let dir = type_dir(parent, ty);
+    if !fs.exists(&parent_dir(parent)) {
+        return Err(MdevError::UnknownParent {
+            parent: parent.clone(),
+        });
+    }
     if !fs.exists(&dir) {
         return Err(MdevError::UnknownType {
             parent: parent.clone(),

@@ -240,6 +240,16 @@ fn create_writes_the_uuid_and_reads_the_device_back() {
 }
 
 #[test]
+fn read_type_tells_a_missing_parent_from_a_missing_type() {
+    let host = Host::standard();
+    let err = read_type(&host.fs(), &parent("mdpy"), &ty("mdpy-1")).unwrap_err();
+    assert!(matches!(err, MdevError::UnknownParent { .. }), "{err}");
+    assert_eq!(err.to_string(), "mdev parent mdpy does not exist");
+    let err = read_type(&host.fs(), &parent("mtty"), &ty("mdpy-1")).unwrap_err();
+    assert!(matches!(err, MdevError::UnknownType { .. }), "{err}");
+}
+
+#[test]
 fn create_checks_before_writing() {
     let host = Host::standard();
     let probe = host.probe();
