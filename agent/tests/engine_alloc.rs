@@ -177,7 +177,8 @@ fn every_type_name_resolves() {
     assert_eq!(
         s.spec.kind,
         agent::engine::SliceKind::NvidiaVfio {
-            vgpu_type: "1421".parse().unwrap()
+            vgpu_type: "1421".parse().unwrap(),
+            start: None,
         }
     );
     let h3 = sim("dgx-a100");

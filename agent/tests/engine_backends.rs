@@ -102,6 +102,7 @@ fn nvidia_vfio_create_destroy_and_type_checks() {
     let e = engine(&h, dir.path());
     let kind = SliceKind::NvidiaVfio {
         vgpu_type: "1421".parse().unwrap(),
+        start: None,
     };
     let a = create(&e, H200, kind.clone()).unwrap();
     let b = create(&e, H200, kind.clone()).unwrap();
@@ -127,11 +128,13 @@ fn nvidia_vfio_create_destroy_and_type_checks() {
     // Another size cannot join (one size per GPU): no capacity, not a bad request.
     let other = SliceKind::NvidiaVfio {
         vgpu_type: "1420".parse().unwrap(),
+        start: None,
     };
     assert_eq!(create(&e, H200, other).unwrap_err().code(), "no_capacity");
     // A type the GPU does not have at all.
     let unknown = SliceKind::NvidiaVfio {
         vgpu_type: "77".parse().unwrap(),
+        start: None,
     };
     assert_eq!(
         create(&e, H200, unknown).unwrap_err().code(),
@@ -168,6 +171,7 @@ fn nvidia_vfio_enables_vfs_and_rolls_them_back() {
     );
     let kind = SliceKind::NvidiaVfio {
         vgpu_type: "1421".parse().unwrap(),
+        start: None,
     };
     // Enabling works, then the type write fails: the VFs this create enabled go again.
     let pf_dir = format!("/sys/bus/pci/devices/{H200}");

@@ -125,12 +125,35 @@ fn kill_nine_during_mig_operations() {
     crash_test("dgx-a100", "mig", TARGET_OPS / 2);
 }
 
+#[test]
+fn kill_nine_during_mig_backed_vgpu_operations() {
+    crash_test("hgx-h200", "migvgpu", TARGET_OPS / 2);
+}
+
 /// Kills children at random points until they acknowledged `target` operations, then checks.
 fn crash_test(profile: &str, mode: &str, target: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let host_dir = tmp.path().join("host");
     let state = tmp.path().join("state");
-    SimHost::create(&host_dir, Profile::builtin(profile).unwrap()).unwrap();
+    let mut p = Profile::builtin(profile).unwrap();
+    if mode == "migvgpu" {
+        // Two of the eight GPUs with 8 VFs each: the same slicing, a host small enough that an
+        // operation takes milliseconds, not a second.
+        p.gpus.truncate(2);
+        for m in p.models.values_mut() {
+            if let Some(s) = m.sriov.as_mut() {
+                s.total_vfs = 8;
+                s.boot_vfs = 8;
+            }
+        }
+    }
+    let h = SimHost::create(&host_dir, p).unwrap();
+    if mode == "migvgpu" {
+        for gpu in ["0000:18:00.0", "0000:2a:00.0"] {
+            h.set_mig_mode(addr(gpu), true).unwrap();
+        }
+    }
+    drop(h);
     let mut acks = Acks::default();
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -205,6 +228,15 @@ fn crash_test(profile: &str, mode: &str, target: usize) {
             .all(|s| matches!(s, SliceState::Ready | SliceState::Allocated)),
         "{slices:?}"
     );
-    // The host carries exactly the owned slices.
-    assert_eq!(host_slices(&h).len(), slices.len());
+    // The host carries exactly the owned slices (a MIG-backed vGPU is a typed VF and the GPU
+    // instance it occupies).
+    let expected: usize = e
+        .slices()
+        .iter()
+        .map(|s| match s.identity {
+            agent::engine::Identity::MigVgpu { .. } => 2,
+            _ => 1,
+        })
+        .sum();
+    assert_eq!(host_slices(&h).len(), expected);
 }

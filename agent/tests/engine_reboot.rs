@@ -95,6 +95,7 @@ fn vfs_beyond_the_boot_count_are_re_enabled() {
     let gpu = "0000:18:00.0";
     let kind = SliceKind::NvidiaVfio {
         vgpu_type: "1421".parse().unwrap(),
+        start: None,
     };
     let ids: BTreeMap<_, _> = {
         let e = engine(&h, &state);

@@ -230,6 +230,10 @@ pub struct VgpuTypeInfo {
     pub framebuffer_mib: u64,
     /// Most vGPUs of this type on one GPU.
     pub max_instances: u32,
+    /// The GPU-instance profile id a MIG-backed type occupies
+    /// (`nvmlVgpuTypeGetGpuInstanceProfileId`); `None` for a time-sliced type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_profile_id: Option<u32>,
 }
 
 /// An Xid (driver-reported GPU error) event.
@@ -254,6 +258,10 @@ pub trait Nvml: Send + Sync + fmt::Debug {
     fn device_info(&self, index: u32) -> NvmlResult<DeviceInfo>;
     /// MIG mode; `NOT_SUPPORTED` on GPUs without MIG.
     fn mig_mode(&self, index: u32) -> NvmlResult<MigMode>;
+    /// Asks for MIG mode on or off (`nvmlDeviceSetMigMode`). The change may stay pending until
+    /// the GPU is reset (a process holds the GPU, or the platform needs a reset): read
+    /// [`Nvml::mig_mode`] afterwards. Never resets the GPU itself.
+    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<()>;
     /// GPU-instance profiles the GPU offers (profiles NVML reports as not supported are left out).
     fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>>;
     /// Every placement the profile allows on this GPU, occupied or not

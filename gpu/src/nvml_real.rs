@@ -189,6 +189,22 @@ impl NvmlLibrary {
     }
 }
 
+/// The GPU-instance profile a MIG-backed vGPU type occupies; `None` for a time-sliced type (NVML
+/// answers `INVALID_GPU_INSTANCE_PROFILE_ID`) or a driver without the call.
+fn mig_profile_of(vgpu: &nvml_wrapper::vgpu::VgpuType<'_>) -> NvmlResult<Option<u32>> {
+    match vgpu
+        .instance_profile_id()
+        .map_err(wrap("nvmlVgpuTypeGetGpuInstanceProfileId"))
+    {
+        Ok(id) if id == sys::INVALID_GPU_INSTANCE_PROFILE_ID => Ok(None),
+        Ok(id) => Ok(Some(id)),
+        Err(e) if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl Nvml for NvmlLibrary {
     fn driver_version(&self) -> NvmlResult<String> {
         self.nvml
@@ -234,6 +250,15 @@ impl Nvml for NvmlLibrary {
             current: mode.current == enabled,
             pending: mode.pending == enabled,
         })
+    }
+
+    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<()> {
+        // The activation status says whether the mode took effect at once; the caller reads
+        // the mode back either way, so only the call's own failure is an error.
+        self.device(index)?
+            .set_mig_mode(enabled)
+            .map(|_activation| ())
+            .map_err(wrap("nvmlDeviceSetMigMode"))
     }
 
     fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>> {
@@ -416,6 +441,7 @@ impl Nvml for NvmlLibrary {
                 max_instances: vgpu
                     .max_instances()
                     .map_err(wrap("nvmlVgpuTypeGetMaxInstances"))?,
+                gpu_instance_profile_id: mig_profile_of(&vgpu)?,
             });
         }
         Ok(out)

@@ -271,25 +271,27 @@ impl SimHost {
     }
 
     /// Requests a MIG mode. The change is pending until the GPU is idle (no GPU instances,
-    /// vGPUs or mdevs), when it takes effect at once, or else at the next reboot.
+    /// vGPUs, mdevs or client processes), when it takes effect at once, or else at the next
+    /// reboot. NVML's `nvmlDeviceSetMigMode` follows the same rule.
     pub fn set_mig_mode(&self, gpu: PciAddress, enabled: bool) -> Result<(), SimError> {
         self.change(|st, _| {
             present_gpu(st, gpu)?;
-            let (_, model) = st.gpu(gpu).ok_or(SimError::UnknownGpu(gpu))?;
-            if model.mig.is_none() {
-                return Err(SimError::NotMigCapable(gpu));
+            if st.request_mig_mode(gpu, enabled) {
+                Ok(())
+            } else {
+                Err(SimError::NotMigCapable(gpu))
             }
-            let parent = MdevParentName::from(gpu);
-            let busy = st.mdevs.values().any(|m| m.parent == parent)
-                || st
-                    .vfs_of(gpu)
-                    .iter()
-                    .any(|(_, p)| p.vf.as_ref().is_some_and(|v| v.vgpu_type.is_some()));
+        })
+    }
+
+    /// Marks a GPU as held by client processes (a CUDA application, a monitoring agent) or not:
+    /// while it is, a MIG mode change stays pending until the next reboot, as NVML's "in use by
+    /// another client". A reboot ends the processes.
+    pub fn set_gpu_clients(&self, gpu: PciAddress, clients: bool) -> Result<(), SimError> {
+        self.change(|st, _| {
+            present_gpu(st, gpu)?;
             let g = st.gpus.get_mut(&gpu).ok_or(SimError::UnknownGpu(gpu))?;
-            g.mig_pending = enabled;
-            if !busy && g.gis.is_empty() {
-                g.mig_current = enabled;
-            }
+            g.clients = clients;
             Ok(())
         })
     }

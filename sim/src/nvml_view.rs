@@ -43,6 +43,7 @@ mod calls {
         "nvmlDeviceGetMemoryInfo",
     ];
     pub const MIG_MODE: &[&str] = &["nvmlDeviceGetMigMode"];
+    pub const SET_MIG_MODE: &[&str] = &["nvmlDeviceSetMigMode"];
     pub const GI_PROFILES: &[&str] = &["nvmlDeviceGetGpuInstanceProfileInfoV"];
     pub const PLACEMENTS: &[&str] = &["nvmlDeviceGetGpuInstancePossiblePlacements_v2"];
     pub const CAPACITY: &[&str] = &["nvmlDeviceGetGpuInstanceRemainingCapacity"];
@@ -292,6 +293,17 @@ impl Nvml for SimNvml {
         })
     }
 
+    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<()> {
+        self.act(calls::SET_MIG_MODE, index, |st, hw| {
+            let addr = gpu_at(st, hw, index)?.addr;
+            if st.request_mig_mode(addr, enabled) {
+                Ok(())
+            } else {
+                Err(NvmlCode::NOT_SUPPORTED)
+            }
+        })
+    }
+
     fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>> {
         self.look(calls::GI_PROFILES, Some(index), |st, hw| {
             let g = gpu_at(st, hw, index)?;
@@ -517,6 +529,11 @@ impl Nvml for SimNvml {
                         class: t.class.clone(),
                         framebuffer_mib: t.framebuffer_mib,
                         max_instances: t.max_instances,
+                        gpu_instance_profile_id: t
+                            .mig_profile
+                            .as_ref()
+                            .and_then(|p| g.model.mig?.profile_named(p))
+                            .map(|p| p.info.id),
                     })
                 })
                 .collect();
@@ -534,6 +551,7 @@ impl Nvml for SimNvml {
                         .unwrap_or_else(|| mdev_class(&t.name).to_owned()),
                     framebuffer_mib: t.framebuffer_mib,
                     max_instances: t.max_instances.map_or(by_fb, |m| m.min(by_fb)),
+                    gpu_instance_profile_id: None,
                 })
             }));
             Ok(out)

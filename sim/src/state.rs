@@ -63,6 +63,10 @@ pub(crate) struct VfState {
 pub(crate) struct GpuState {
     pub mig_current: bool,
     pub mig_pending: bool,
+    /// Processes hold the GPU (a CUDA application, a monitoring agent): a MIG mode change stays
+    /// pending until the next reset. They end at a reboot.
+    #[serde(default)]
+    pub clients: bool,
     pub gis: Vec<GiState>,
     pub compute_partition: Option<String>,
     pub memory_partition: Option<String>,
@@ -374,6 +378,7 @@ impl State {
                 let state = GpuState {
                     mig_current: g.mig_enabled,
                     mig_pending: g.mig_enabled,
+                    clients: false,
                     gis: Vec::new(),
                     compute_partition: amd.map(|a| a.compute.clone()),
                     memory_partition: amd.map(|a| a.memory.clone()),
@@ -413,6 +418,7 @@ impl State {
         for gpu in self.gpus.values_mut() {
             gpu.mig_current = gpu.mig_pending;
             gpu.gis.clear();
+            gpu.clients = false;
         }
         self.run_boot_services(hw);
     }
@@ -438,6 +444,29 @@ impl State {
     }
 
     /// VFs of a PF, by index.
+    /// Asks for a MIG mode, as `nvmlDeviceSetMigMode` does: the mode becomes pending, and takes
+    /// effect at once only when nothing holds the GPU (no GPU instances, vGPUs, mdevs or client
+    /// processes); otherwise at the next reboot. `false` when the GPU has no MIG.
+    pub(crate) fn request_mig_mode(&mut self, gpu: PciAddress, enabled: bool) -> bool {
+        if self.gpu(gpu).is_none_or(|(_, model)| model.mig.is_none()) {
+            return false;
+        }
+        let parent = MdevParentName::from(gpu);
+        let vgpus = self.mdevs.values().any(|m| m.parent == parent)
+            || self
+                .vfs_of(gpu)
+                .iter()
+                .any(|(_, p)| p.vf.as_ref().is_some_and(|v| v.vgpu_type.is_some()));
+        let Some(g) = self.gpus.get_mut(&gpu) else {
+            return false;
+        };
+        g.mig_pending = enabled;
+        if !vgpus && !g.clients && g.gis.is_empty() {
+            g.mig_current = enabled;
+        }
+        true
+    }
+
     pub(crate) fn vfs_of(&self, pf: PciAddress) -> Vec<(PciAddress, &PciState)> {
         let mut vfs: Vec<(PciAddress, &PciState)> = self
             .pci

@@ -155,3 +155,67 @@ fn mig_backed_vgpus_take_a_gpu_instance() {
     write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "0");
     nvml.destroy_gpu_instance(0, gi.id).unwrap();
 }
+
+#[test]
+fn nvml_sets_mig_mode_at_once_when_idle_else_after_a_reboot() {
+    let h = host("hgx-h200");
+    let fs = h.sysfs();
+    let nvml = h.nvml();
+    let vfs = vfs(&fs, PF);
+    // NVML names the GPU-instance profile of a MIG-backed type, none for a time-sliced one.
+    let types = nvml.supported_vgpu_types(0).unwrap();
+    let profile_of = |id: u32| {
+        types
+            .iter()
+            .find(|t| t.id.get() == id)
+            .unwrap()
+            .gpu_instance_profile_id
+    };
+    assert_eq!(profile_of(1414), Some(19), "1g.18gb");
+    assert_eq!(profile_of(1421), None);
+
+    nvml.set_mig_mode(0, true).unwrap();
+    let mode = nvml.mig_mode(0).unwrap();
+    assert!(mode.current && mode.pending, "idle: at once");
+    nvml.set_mig_mode(0, false).unwrap();
+    assert!(!nvml.mig_mode(0).unwrap().current);
+
+    // A vGPU holds the GPU: the change waits.
+    write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1421");
+    nvml.set_mig_mode(0, true).unwrap();
+    let mode = nvml.mig_mode(0).unwrap();
+    assert!(!mode.current && mode.pending, "{mode:?}");
+    // Asking for the current mode again withdraws the pending change.
+    nvml.set_mig_mode(0, false).unwrap();
+    let mode = nvml.mig_mode(0).unwrap();
+    assert!(!mode.current && !mode.pending, "{mode:?}");
+    write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "0");
+
+    // Client processes hold it: pending until a reboot, which ends them.
+    h.set_gpu_clients(addr(PF), true).unwrap();
+    nvml.set_mig_mode(0, true).unwrap();
+    let mode = nvml.mig_mode(0).unwrap();
+    assert!(!mode.current && mode.pending, "{mode:?}");
+    h.reboot().unwrap();
+    let mode = h.nvml().mig_mode(0).unwrap();
+    assert!(mode.current && mode.pending, "{mode:?}");
+    h.set_mig_mode(addr(PF), false).unwrap();
+    assert!(!h.nvml().mig_mode(0).unwrap().current, "no clients left");
+
+    // A fault on the call, and a GPU without MIG.
+    h.inject_fault("nvml:nvmlDeviceSetMigMode=IN_USE,times=1".parse().unwrap())
+        .unwrap();
+    assert_eq!(
+        h.nvml().set_mig_mode(0, true).unwrap_err().code,
+        NvmlCode::IN_USE
+    );
+    assert!(
+        !h.nvml().mig_mode(0).unwrap().pending,
+        "a failed call changes nothing"
+    );
+    let l4 = host("single-gpu");
+    assert_eq!(
+        l4.nvml().set_mig_mode(0, true).unwrap_err().code,
+        NvmlCode::NOT_SUPPORTED
+    );
+}

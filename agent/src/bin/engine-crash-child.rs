@@ -4,7 +4,8 @@
 //! lost. Not part of the product.
 //!
 //! Usage: `engine-crash-child HOST_DIR STATE_DIR SEED MODE`, MODE `vdi` (mdev, VFs and
-//! passthrough on the `vdi-mixed` profile) or `mig` (MIG instances on `dgx-a100`).
+//! passthrough on the `vdi-mixed` profile), `mig` (MIG instances on `dgx-a100`) or `migvgpu`
+//! (MIG-backed vendor-VFIO vGPUs on `hgx-h200`, MIG mode on for its first two GPUs).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -39,11 +40,12 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [host_dir, state_dir, seed, mode] = args.as_slice() else {
-        anyhow::bail!("usage: engine-crash-child HOST_DIR STATE_DIR SEED vdi|mig");
+        anyhow::bail!("usage: engine-crash-child HOST_DIR STATE_DIR SEED vdi|mig|migvgpu");
     };
     let ops = match mode.as_str() {
         "vdi" => &VDI,
         "mig" => &MIG,
+        "migvgpu" => &MIG_VGPU,
         other => anyhow::bail!("unknown mode {other:?}"),
     };
     let host = sim::SimHost::open(&PathBuf::from(host_dir))?;
@@ -95,6 +97,19 @@ const MIG: Ops = Ops {
     ],
 };
 
+const MIG_VGPU: Ops = Ops {
+    allocate: &[
+        ("NVIDIA H200X-1-18C", Some("0000:18:00.0")),
+        ("NVIDIA H200X-2-35C", Some("0000:2a:00.0")),
+        ("NVIDIA H200X-1-35C", Some("0000:18:00.0")),
+    ],
+    create: &[
+        ("vgpu:1414", "0000:2a:00.0"),
+        ("vgpu:1417", "0000:18:00.0"),
+        ("vgpu:1415", "0000:2a:00.0"),
+    ],
+};
+
 fn kind(text: &str) -> Option<SliceKind> {
     Some(match text.split_once(':') {
         Some(("mdev", t)) => SliceKind::Mdev {
@@ -102,6 +117,10 @@ fn kind(text: &str) -> Option<SliceKind> {
         },
         Some(("mig", p)) => SliceKind::Mig {
             profile: p.parse().ok()?,
+            start: None,
+        },
+        Some(("vgpu", t)) => SliceKind::NvidiaVfio {
+            vgpu_type: t.parse().ok()?,
             start: None,
         },
         _ => SliceKind::Passthrough,

@@ -130,10 +130,15 @@ pub enum SliceKind {
         /// The type id, e.g. `nvidia-222`.
         type_id: MdevTypeId,
     },
-    /// A vendor-VFIO vGPU of this type.
+    /// A vendor-VFIO vGPU of this type. A MIG-backed type (`NVIDIA H200X-1-18C`) also takes a
+    /// GPU instance of its profile, at `start` or where the engine chooses.
     NvidiaVfio {
         /// The vGPU type id written to `current_vgpu_type`.
         vgpu_type: VgpuTypeId,
+        /// The start slot of the GPU instance of a MIG-backed type; `None` lets the engine
+        /// choose (a time-sliced type takes none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<u32>,
     },
     /// A VF for a VM.
     SriovVf,
@@ -161,6 +166,8 @@ enum SliceKindInput {
     },
     NvidiaVfio {
         vgpu_type: VgpuTypeId,
+        #[serde(default)]
+        start: Option<u32>,
     },
     SriovVf {},
     Mig {
@@ -175,7 +182,9 @@ impl From<SliceKindInput> for SliceKind {
     fn from(input: SliceKindInput) -> Self {
         match input {
             SliceKindInput::Mdev { type_id } => SliceKind::Mdev { type_id },
-            SliceKindInput::NvidiaVfio { vgpu_type } => SliceKind::NvidiaVfio { vgpu_type },
+            SliceKindInput::NvidiaVfio { vgpu_type, start } => {
+                SliceKind::NvidiaVfio { vgpu_type, start }
+            }
             SliceKindInput::SriovVf {} => SliceKind::SriovVf,
             SliceKindInput::Mig { profile, start } => SliceKind::Mig { profile, start },
             SliceKindInput::Passthrough {} => SliceKind::Passthrough,
@@ -195,8 +204,8 @@ impl SliceKind {
         }
     }
 
-    /// Whether a slice of kind `self` satisfies a request for `wanted` (a MIG request without a
-    /// start matches any start).
+    /// Whether a slice of kind `self` satisfies a request for `wanted` (a MIG or MIG-backed
+    /// vGPU request without a start matches any start).
     pub fn satisfies(&self, wanted: &SliceKind) -> bool {
         match (self, wanted) {
             (
@@ -206,7 +215,22 @@ impl SliceKind {
                     start: s,
                 },
             ) => profile == p && (s.is_none() || s == start),
+            (
+                SliceKind::NvidiaVfio { vgpu_type, start },
+                SliceKind::NvidiaVfio {
+                    vgpu_type: t,
+                    start: s,
+                },
+            ) => vgpu_type == t && (s.is_none() || s == start),
             _ => self == wanted,
+        }
+    }
+
+    /// The explicit start slot a MIG or MIG-backed vGPU kind asks for.
+    pub fn start(&self) -> Option<u32> {
+        match self {
+            SliceKind::Mig { start, .. } | SliceKind::NvidiaVfio { start, .. } => *start,
+            _ => None,
         }
     }
 }
@@ -215,7 +239,11 @@ impl fmt::Display for SliceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SliceKind::Mdev { type_id } => write!(f, "mdev {type_id}"),
-            SliceKind::NvidiaVfio { vgpu_type } => write!(f, "vGPU type {vgpu_type}"),
+            SliceKind::NvidiaVfio {
+                vgpu_type,
+                start: Some(s),
+            } => write!(f, "vGPU type {vgpu_type} in the GPU instance at slot {s}"),
+            SliceKind::NvidiaVfio { vgpu_type, .. } => write!(f, "vGPU type {vgpu_type}"),
             SliceKind::SriovVf => f.write_str("VF"),
             SliceKind::Mig {
                 profile,
@@ -276,7 +304,15 @@ impl From<MdevParentName> for DeviceRef {
 
 impl FromStr for DeviceRef {
     type Err = String;
+    /// A colon means a PCI address (a misspelt one is an error, never a parent name); anything
+    /// else is the name of a virtual mdev parent.
     fn from_str(s: &str) -> Result<Self, String> {
+        if s.contains(':') {
+            return s
+                .parse::<PciAddress>()
+                .map(DeviceRef::Pci)
+                .map_err(|e| e.to_string());
+        }
         s.parse::<MdevParentName>()
             .map(DeviceRef::from)
             .map_err(|e| e.to_string())
@@ -356,6 +392,18 @@ pub enum Identity {
         /// The VF's PCI address.
         address: PciAddress,
     },
+    /// A MIG-backed vendor-VFIO vGPU: the VF that carries the type and the placement of the GPU
+    /// instance it occupies.
+    MigVgpu {
+        /// The VF index; re-enabling at least `index + 1` VFs brings the same address back.
+        index: u32,
+        /// The VF's PCI address.
+        address: PciAddress,
+        /// The GPU instance's start slot.
+        start: u32,
+        /// The GPU instance's profile (the type's).
+        profile: MigProfileName,
+    },
     /// A MIG GPU instance's placement.
     Mig {
         /// The start slot.
@@ -368,6 +416,28 @@ pub enum Identity {
         /// The driver bound before vfio-pci took it (`None`: it was unbound).
         original_driver: Option<String>,
     },
+}
+
+impl Identity {
+    /// The VF a VF-based identity sits on: `(index, address)`.
+    pub fn vf(&self) -> Option<(u32, PciAddress)> {
+        match self {
+            Identity::Vf { index, address } | Identity::MigVgpu { index, address, .. } => {
+                Some((*index, *address))
+            }
+            _ => None,
+        }
+    }
+
+    /// The GPU-instance placement an identity takes: `(start, profile)`.
+    pub fn mig_slot(&self) -> Option<(u32, &MigProfileName)> {
+        match self {
+            Identity::Mig { start, profile } | Identity::MigVgpu { start, profile, .. } => {
+                Some((*start, profile))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Host handles of a slice as the host shows them now (read, never stored).
@@ -658,6 +728,11 @@ mod tests {
             },
             SliceKind::NvidiaVfio {
                 vgpu_type: "1421".parse().unwrap(),
+                start: None,
+            },
+            SliceKind::NvidiaVfio {
+                vgpu_type: "1414".parse().unwrap(),
+                start: Some(3),
             },
         ] {
             let text = serde_json::to_string(&kind).unwrap();

@@ -51,12 +51,14 @@ pub struct StaleVmLink {
     pub reason: String,
 }
 
-/// Re-creation order: whole GPUs and VFs, then what lives on VFs and MIG, then mdevs.
+/// Re-creation order: whole GPUs and VFs, then MIG instances, then vendor-VFIO types (a
+/// MIG-backed one makes its GPU instance first, then writes the type), then mdevs.
 fn phase(kind: BackendKind) -> u8 {
     match kind {
         BackendKind::Passthrough | BackendKind::SriovVf => 0,
-        BackendKind::NvidiaVfio | BackendKind::Mig => 1,
-        BackendKind::Mdev => 2,
+        BackendKind::Mig => 1,
+        BackendKind::NvidiaVfio => 2,
+        BackendKind::Mdev => 3,
     }
 }
 
@@ -150,8 +152,7 @@ impl Engine {
     fn restore_vfs(&self, report: &mut ReconcileReport) {
         let mut need: BTreeMap<PciAddress, (u32, Vec<SliceId>)> = BTreeMap::new();
         for s in self.read(|d| d.slices.values().cloned().collect::<Vec<_>>()) {
-            if let (Identity::Vf { index, .. }, Some(pf)) = (&s.identity, s.spec.gpu.pci()) {
-                let index = *index;
+            if let (Some((index, _)), Some(pf)) = (s.identity.vf(), s.spec.gpu.pci()) {
                 let e = need.entry(pf).or_insert((0, Vec::new()));
                 e.0 = e.0.max(index);
                 e.1.push(s.id);
@@ -332,10 +333,13 @@ fn is_ours(gpu: Option<PciAddress>, id: &Identity, on: PciAddress, slice: &Exist
     let same_gpu = gpu == Some(on);
     match (slice, id) {
         (ExistingSlice::Mdev { uuid, .. }, Identity::Mdev { uuid: u }) => uuid == u,
-        (ExistingSlice::Mig { start, .. }, Identity::Mig { start: s, .. }) => {
-            same_gpu && start == s
-        }
+        // A MIG-backed vGPU is its VF's type and the GPU instance it occupies.
+        (
+            ExistingSlice::Mig { start, .. },
+            Identity::Mig { start: s, .. } | Identity::MigVgpu { start: s, .. },
+        ) => same_gpu && start == s,
         (ExistingSlice::NvidiaVfio { vf, .. }, Identity::Vf { address, .. })
+        | (ExistingSlice::NvidiaVfio { vf, .. }, Identity::MigVgpu { address, .. })
         | (ExistingSlice::SriovVf { vf }, Identity::Vf { address, .. }) => vf == address,
         (ExistingSlice::Passthrough { .. }, Identity::Passthrough { .. }) => same_gpu,
         _ => false,

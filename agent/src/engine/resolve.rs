@@ -85,7 +85,10 @@ fn vgpu_type(host: &Host, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>>
     Ok(types
         .iter()
         .find(|v| v.name == t || v.id.to_string() == t)
-        .map(|v| SliceKind::NvidiaVfio { vgpu_type: v.id }))
+        .map(|v| SliceKind::NvidiaVfio {
+            vgpu_type: v.id,
+            start: None,
+        }))
 }
 
 /// The mdev parents that are not PCI devices (the kernel's `mtty`, `mdpy`, `mbochs`) offering

@@ -80,7 +80,7 @@ fn key_of(gpu: PciAddress, identity: &Identity) -> Option<Key> {
     Some(match identity {
         Identity::Mig { start, .. } => Key::Mig(gpu, *start),
         Identity::Mdev { uuid } => Key::Mdev(*uuid),
-        Identity::Vf { address, .. } => Key::Vf(*address),
+        Identity::Vf { address, .. } | Identity::MigVgpu { address, .. } => Key::Vf(*address),
         Identity::Passthrough { .. } => Key::Whole(gpu),
     })
 }
@@ -103,15 +103,16 @@ impl Ownership {
                 out.occupants
                     .insert(key, (occupant, Some(s.id), s.spec.kind.clone()));
             }
-            if let Identity::Mig { start, profile } = &s.identity {
-                out.mig_reserved.push((gpu, profile.clone(), *start));
+            if let Some((start, profile)) = s.identity.mig_slot() {
+                out.mig_reserved.push((gpu, profile.clone(), start));
             }
         }
         for intent in d.intents.values() {
-            if let (Some(Identity::Mig { start, profile }), Some(gpu)) =
-                (intent.identity(), intent.gpu().pci())
-            {
-                out.mig_reserved.push((gpu, profile.clone(), *start));
+            if let (Some((start, profile)), Some(gpu)) = (
+                intent.identity().and_then(Identity::mig_slot),
+                intent.gpu().pci(),
+            ) {
+                out.mig_reserved.push((gpu, profile.clone(), start));
             }
         }
         out
@@ -399,7 +400,7 @@ pub(crate) fn slice_request(kind: &SliceKind) -> sched::SliceRequest {
     match kind {
         SliceKind::Mig { profile, .. } => sched::SliceRequest::Mig(profile.clone()),
         SliceKind::Mdev { type_id } => sched::SliceRequest::Mdev(type_id.clone()),
-        SliceKind::NvidiaVfio { vgpu_type } => sched::SliceRequest::Vgpu(*vgpu_type),
+        SliceKind::NvidiaVfio { vgpu_type, .. } => sched::SliceRequest::Vgpu(*vgpu_type),
         SliceKind::SriovVf => sched::SliceRequest::Vf,
         SliceKind::Passthrough => sched::SliceRequest::Whole,
     }
@@ -412,7 +413,10 @@ pub(crate) fn kind_of(choice: &SliceChoice) -> Option<SliceKind> {
             profile: profile.clone(),
             start: Some(u32::from(*start)),
         },
-        SliceChoice::Vgpu(t) => SliceKind::NvidiaVfio { vgpu_type: *t },
+        SliceChoice::Vgpu(t) => SliceKind::NvidiaVfio {
+            vgpu_type: *t,
+            start: None,
+        },
         SliceChoice::Mdev(t) => SliceKind::Mdev {
             type_id: MdevTypeId::clone(t),
         },

@@ -178,6 +178,11 @@ impl Nvml for TimedNvml {
             n.mig_mode(i)
         })
     }
+    fn set_mig_mode(&self, i: u32, enabled: bool) -> NvmlResult<()> {
+        self.call(Gate::NvmlIndex(i), "nvmlDeviceSetMigMode", move |n| {
+            n.set_mig_mode(i, enabled)
+        })
+    }
     fn gpu_instance_profiles(&self, i: u32) -> NvmlResult<Vec<GpuInstanceProfile>> {
         self.call(
             Gate::NvmlIndex(i),

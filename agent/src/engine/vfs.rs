@@ -85,7 +85,7 @@ pub(crate) fn in_use(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Res
     for (_, vf) in host.vfs(gpu)? {
         let owned = reserved
             .iter()
-            .any(|r| matches!(r, Identity::Vf { address, .. } if *address == vf));
+            .any(|r| r.vf().is_some_and(|(_, a)| a == vf));
         let typed = vfio::has_vendor_vgpu(host.fs(), vf)
             && vfio::current_vgpu_type(host.fs(), vf)
                 .ok()

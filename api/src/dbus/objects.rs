@@ -656,6 +656,7 @@ fn create_request(
             needs_type("a vGPU type id")?;
             SliceKind::NvidiaVfio {
                 vgpu_type: slice_type.parse().map_err(invalid)?,
+                start: None,
             }
         }
         "mig" => {

@@ -216,7 +216,7 @@ fn slice_view(s: &Slice) -> SliceProps {
 pub(crate) fn type_name(kind: &SliceKind) -> String {
     match kind {
         SliceKind::Mdev { type_id } => type_id.to_string(),
-        SliceKind::NvidiaVfio { vgpu_type } => vgpu_type.to_string(),
+        SliceKind::NvidiaVfio { vgpu_type, .. } => vgpu_type.to_string(),
         SliceKind::SriovVf => "vf".to_owned(),
         SliceKind::Mig { profile, .. } => profile.to_string(),
         SliceKind::Passthrough => "gpu".to_owned(),

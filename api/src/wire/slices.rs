@@ -79,6 +79,7 @@ impl SliceKind {
                 vgpu_type: ids::VgpuTypeId::new(*vgpu_type).ok_or_else(|| {
                     ApiError::Unprocessable("kind.vgpu_type: 0 is not a vGPU type".into())
                 })?,
+                start: None,
             },
             SliceKind::SriovVf {} => engine::SliceKind::SriovVf,
             SliceKind::Mig { profile, start } => {
@@ -103,7 +104,7 @@ impl From<&engine::SliceKind> for SliceKind {
             engine::SliceKind::Mdev { type_id } => SliceKind::Mdev {
                 type_id: type_id.to_string(),
             },
-            engine::SliceKind::NvidiaVfio { vgpu_type } => SliceKind::NvidiaVfio {
+            engine::SliceKind::NvidiaVfio { vgpu_type, .. } => SliceKind::NvidiaVfio {
                 vgpu_type: vgpu_type.get(),
             },
             engine::SliceKind::SriovVf => SliceKind::SriovVf {},
@@ -277,7 +278,7 @@ pub struct Slice {
 pub fn type_name(k: &engine::SliceKind) -> String {
     match k {
         engine::SliceKind::Mdev { type_id } => type_id.to_string(),
-        engine::SliceKind::NvidiaVfio { vgpu_type } => vgpu_type.to_string(),
+        engine::SliceKind::NvidiaVfio { vgpu_type, .. } => vgpu_type.to_string(),
         engine::SliceKind::SriovVf => "vf".to_owned(),
         engine::SliceKind::Mig { profile, .. } => profile.to_string(),
         engine::SliceKind::Passthrough => "gpu".to_owned(),

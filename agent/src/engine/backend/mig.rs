@@ -14,7 +14,7 @@ use crate::engine::placement::{choose_mig_start, choose_mig_start_scheduled, ove
 pub(crate) struct MigBackend;
 
 /// NVML, the GPU's index, and a check that MIG is on.
-fn mig_gpu(host: &Host, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
+pub(super) fn mig_gpu(host: &Host, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
     let dev = host.gpu(gpu)?;
     if !Host::is_nvidia(&dev) {
         return Err(EngineError::Unsupported(format!(
@@ -61,33 +61,34 @@ pub(crate) fn profile_by_name(
         })
 }
 
-fn placements(host: &Host, gpu: PciAddress, index: u32, profile: u32) -> Result<Vec<Placement>> {
+pub(super) fn placements(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    profile: u32,
+) -> Result<Vec<Placement>> {
     host.nvml()?
         .gpu_instance_possible_placements(index, profile)
         .map_err(|e| host.nvml_err(format!("cannot list MIG placements on {gpu}"), gpu, e))
 }
 
-fn instances(host: &Host, gpu: PciAddress, index: u32) -> Result<Vec<GpuInstance>> {
+pub(super) fn instances(host: &Host, gpu: PciAddress, index: u32) -> Result<Vec<GpuInstance>> {
     host.nvml()?
         .gpu_instances(index)
         .map_err(|e| host.nvml_err(format!("cannot list MIG instances of {gpu}"), gpu, e))
 }
 
-/// The memory-slice size of each reserved MIG identity on the GPU, as placements.
+/// The memory-slice size of each reserved GPU-instance placement on the GPU (MIG slices and
+/// MIG-backed vGPUs), as placements.
 fn mig_sizes(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<Placement>> {
     let mut out = Vec::new();
-    for id in reserved {
-        if let Identity::Mig { start, profile } = id {
-            let p = profile_by_name(host, gpu, profile)?;
-            let (_, index) = mig_gpu(host, gpu)?;
-            let size = placements(host, gpu, index, p.id)?
-                .first()
-                .map_or(1, |pl| pl.size);
-            out.push(Placement {
-                start: *start,
-                size,
-            });
-        }
+    for (start, profile) in reserved.iter().filter_map(Identity::mig_slot) {
+        let p = profile_by_name(host, gpu, profile)?;
+        let (_, index) = mig_gpu(host, gpu)?;
+        let size = placements(host, gpu, index, p.id)?
+            .first()
+            .map_or(1, |pl| pl.size);
+        out.push(Placement { start, size });
     }
     Ok(out)
 }
@@ -136,15 +137,55 @@ fn scheduled_start(
             Some((p.name.clone(), g.placement.start))
         })
         .collect();
-    for id in reserved {
-        if let Identity::Mig { start, profile } = id
-            && !taken.iter().any(|(_, s)| s == start)
-        {
-            taken.push((profile.clone(), *start));
+    for (start, profile) in reserved.iter().filter_map(Identity::mig_slot) {
+        if !taken.iter().any(|(_, s)| *s == start) {
+            taken.push((profile.clone(), start));
         }
     }
     let geometry = sched::MigGeometry { profiles: shapes };
     Ok(choose_mig_start_scheduled(&geometry, &taken, name, allowed))
+}
+
+/// The start slot for a new GPU instance of `name`: `start` when it is free (else `conflict`),
+/// otherwise the scheduler's choice, or the first free placement. Placements of `reserved`
+/// identities (owned, present or not) count as occupied.
+pub(super) fn plan_start(
+    host: &Host,
+    gpu: PciAddress,
+    name: &MigProfileName,
+    start: Option<u32>,
+    reserved: &[Identity],
+) -> Result<u32> {
+    let profile = profile_by_name(host, gpu, name)?;
+    let (_, index) = mig_gpu(host, gpu)?;
+    let mut occupied: Vec<Placement> = instances(host, gpu, index)?
+        .iter()
+        .map(|g| g.placement)
+        .collect();
+    occupied.extend(mig_sizes(host, gpu, reserved)?);
+    let allowed = placements(host, gpu, index, profile.id)?;
+    let chosen = match start {
+        Some(s) => {
+            let p = allowed.iter().find(|p| p.start == s).copied();
+            match p {
+                Some(p) if occupied.iter().all(|o| !overlaps(&p, o)) => Some(p),
+                _ => {
+                    return Err(EngineError::Conflict(format!(
+                        "slot {s} on GPU {} is occupied",
+                        gpu
+                    )));
+                }
+            }
+        }
+        None => scheduled_start(host, gpu, index, name, reserved, &allowed)?
+            .and_then(|s| allowed.iter().find(|p| p.start == s).copied())
+            .filter(|p| occupied.iter().all(|o| !overlaps(p, o)))
+            .or_else(|| choose_mig_start(&allowed, &occupied)),
+    };
+    let p = chosen.ok_or_else(|| {
+        EngineError::NoCapacity(format!("GPU {} has no free placement for {name}", gpu))
+    })?;
+    Ok(p.start)
 }
 
 fn spec_parts(spec: &SliceSpec) -> Result<(&MigProfileName, Option<u32>)> {
@@ -164,14 +205,24 @@ fn id_parts(id: &Identity) -> Result<(u32, &MigProfileName)> {
 }
 
 /// The GPU instance at `start`, if any.
-fn at_start(host: &Host, gpu: PciAddress, index: u32, start: u32) -> Result<Option<GpuInstance>> {
+pub(super) fn at_start(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    start: u32,
+) -> Result<Option<GpuInstance>> {
     Ok(instances(host, gpu, index)?
         .into_iter()
         .find(|g| g.placement.start == start))
 }
 
 /// Compute instances of a GPU instance.
-fn cis(host: &Host, gpu: PciAddress, index: u32, gi: u32) -> Result<Vec<gpu::ComputeInstance>> {
+pub(super) fn cis(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    gi: u32,
+) -> Result<Vec<gpu::ComputeInstance>> {
     host.nvml()?.compute_instances(index, gi).map_err(|e| {
         host.nvml_err(
             format!("cannot list compute instances of {gpu} GI {gi}"),
@@ -247,37 +298,8 @@ impl Backend for MigBackend {
         let gpu = spec.pci()?;
         self.validate(host, spec)?;
         let (name, start) = spec_parts(spec)?;
-        let profile = profile_by_name(host, gpu, name)?;
-        let (_, index) = mig_gpu(host, gpu)?;
-        let mut occupied: Vec<Placement> = instances(host, gpu, index)?
-            .iter()
-            .map(|g| g.placement)
-            .collect();
-        occupied.extend(mig_sizes(host, gpu, reserved)?);
-        let allowed = placements(host, gpu, index, profile.id)?;
-        let chosen = match start {
-            Some(s) => {
-                let p = allowed.iter().find(|p| p.start == s).copied();
-                match p {
-                    Some(p) if occupied.iter().all(|o| !overlaps(&p, o)) => Some(p),
-                    _ => {
-                        return Err(EngineError::Conflict(format!(
-                            "slot {s} on GPU {} is occupied",
-                            gpu
-                        )));
-                    }
-                }
-            }
-            None => scheduled_start(host, gpu, index, name, reserved, &allowed)?
-                .and_then(|s| allowed.iter().find(|p| p.start == s).copied())
-                .filter(|p| occupied.iter().all(|o| !overlaps(p, o)))
-                .or_else(|| choose_mig_start(&allowed, &occupied)),
-        };
-        let p = chosen.ok_or_else(|| {
-            EngineError::NoCapacity(format!("GPU {} has no free placement for {name}", gpu))
-        })?;
         Ok(Identity::Mig {
-            start: p.start,
+            start: plan_start(host, gpu, name, start, reserved)?,
             profile: name.clone(),
         })
     }

@@ -8,6 +8,7 @@
 
 mod mdev;
 mod mig;
+mod mig_vgpu;
 mod nvidia_vfio;
 mod passthrough;
 mod sriov_vf;

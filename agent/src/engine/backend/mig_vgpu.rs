@@ -1,0 +1,318 @@
+//! MIG-backed vendor-VFIO vGPU (Hopper/Blackwell, vGPU 17+): a GPU instance of the type's
+//! profile at an explicit start slot (no compute instance: the guest makes its own), then the
+//! type id written to a free VF's `current_vgpu_type`. The driver puts the vGPU into a free
+//! GPU instance of the profile; the engine makes sure the one it just created is the only free
+//! one, so the vGPU lands there.
+//!
+//! Identity: [`Identity::MigVgpu`] (VF index and address, GI start and profile). Realize makes
+//! the GPU instance, then writes the type; a failed write removes the instance it made. Destroy
+//! writes 0, then removes the GPU instance at the slot only when it is still ours: our profile,
+//! no compute instances, no other vGPU in it. Both steps run under one create or destroy intent,
+//! so a crash between them is rolled back (create) or forward (destroy) by the reconciler.
+
+use gpu::{GpuInstance, GpuInstanceProfile, NvmlCode, Placement};
+use ids::{MigProfileName, PciAddress, VgpuTypeId};
+
+use super::mig::{at_start, cis, instances, mig_gpu, placements, plan_start, profile_by_name};
+use super::nvidia_vfio::{
+    current, free_vfs, remove_type, type_infos, vf_handles, vfio_dev, write_type,
+};
+use super::{Observed, wrong_identity};
+use crate::engine::error::{EngineError, Result};
+use crate::engine::hostctx::Host;
+use crate::engine::model::{BackendKind, Handles, Identity};
+use crate::engine::placement::choose_vf;
+
+/// The parts of a MIG-backed identity: VF address, GI start, GI profile name.
+fn parts(id: &Identity) -> Result<(PciAddress, u32, &MigProfileName)> {
+    match id {
+        Identity::MigVgpu {
+            address,
+            start,
+            profile,
+            ..
+        } => Ok((*address, *start, profile)),
+        other => Err(wrong_identity(BackendKind::NvidiaVfio, other)),
+    }
+}
+
+/// The GPU-instance profile with NVML's id `profile`; MIG mode must be on.
+fn profile_by_id(
+    host: &Host,
+    gpu: PciAddress,
+    ty: VgpuTypeId,
+    profile: u32,
+) -> Result<GpuInstanceProfile> {
+    let (nvml, index) = mig_gpu(host, gpu).map_err(|e| match e {
+        EngineError::Unsupported(why) => EngineError::Unsupported(format!(
+            "vGPU type {ty} is MIG-backed and needs MIG mode on: {why}"
+        )),
+        e => e,
+    })?;
+    nvml.gpu_instance_profiles(index)
+        .map_err(|e| host.nvml_err(format!("cannot list MIG profiles of {gpu}"), gpu, e))?
+        .into_iter()
+        .find(|p| p.id == profile)
+        .ok_or_else(|| {
+            EngineError::Unsupported(format!(
+                "GPU {gpu} offers no GPU-instance profile {profile}, which vGPU type {ty} needs"
+            ))
+        })
+}
+
+/// MIG mode on, the type's profile offered, an explicit start allowed for it.
+pub(super) fn validate(
+    host: &Host,
+    gpu: PciAddress,
+    ty: VgpuTypeId,
+    profile: u32,
+    start: Option<u32>,
+) -> Result<()> {
+    let p = profile_by_id(host, gpu, ty, profile)?;
+    if let Some(s) = start {
+        let (_, index) = mig_gpu(host, gpu)?;
+        if !placements(host, gpu, index, p.id)?
+            .iter()
+            .any(|pl| pl.start == s)
+        {
+            return Err(EngineError::InvalidRequest(format!(
+                "the GPU instance of vGPU type {ty} ({}) cannot start at slot {s} on GPU {gpu}",
+                p.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A free VF and a free placement (explicit, or the scheduler's) for the GPU instance.
+pub(super) fn plan(
+    host: &Host,
+    gpu: PciAddress,
+    ty: VgpuTypeId,
+    profile: u32,
+    start: Option<u32>,
+    reserved: &[Identity],
+) -> Result<Identity> {
+    let p = profile_by_id(host, gpu, ty, profile)?;
+    let Some((index, address)) = choose_vf(&free_vfs(host, gpu, reserved)?) else {
+        return Err(EngineError::NoCapacity(format!(
+            "GPU {gpu} has no free VF for a vGPU"
+        )));
+    };
+    let start = plan_start(host, gpu, &p.name, start, reserved)?;
+    Ok(Identity::MigVgpu {
+        index,
+        address,
+        start,
+        profile: p.name,
+    })
+}
+
+fn handles(host: &Host, vf: PciAddress, gi: &GpuInstance) -> Result<Handles> {
+    Ok(Handles {
+        gpu_instance_id: Some(gi.id),
+        ..vf_handles(host, vf)?
+    })
+}
+
+/// GPU instances of the profile that no compute instance and no vGPU uses, counted: the driver
+/// may put a new vGPU into any of them.
+fn unused_instances(host: &Host, gpu: PciAddress, index: u32, profile: u32) -> Result<usize> {
+    let mut without_ci = 0usize;
+    for gi in instances(host, gpu, index)?
+        .iter()
+        .filter(|g| g.profile_id == profile)
+    {
+        if cis(host, gpu, index, gi.id)?.is_empty() {
+            without_ci += 1;
+        }
+    }
+    // Which instance a vGPU sits in is not visible here; how many vGPUs of the profile there
+    // are is.
+    let of_profile: Vec<VgpuTypeId> = type_infos(host, gpu)?
+        .iter()
+        .filter(|t| t.gpu_instance_profile_id == Some(profile))
+        .map(|t| t.id)
+        .collect();
+    let mut vgpus = 0usize;
+    for (_, vf) in host.vfs(gpu)? {
+        if vfio::has_vendor_vgpu(host.fs(), vf)
+            && current(host, vf)?.is_some_and(|t| of_profile.contains(&t))
+        {
+            vgpus += 1;
+        }
+    }
+    Ok(without_ci.saturating_sub(vgpus))
+}
+
+/// Makes the GPU instance (unless ours is already there), then writes the type.
+pub(super) fn realize(
+    host: &Host,
+    gpu: PciAddress,
+    ty: VgpuTypeId,
+    id: &Identity,
+) -> Result<Handles> {
+    let (vf, start, name) = parts(id)?;
+    if !host.fs().exists(&vfio_dev(vf)) {
+        return Err(EngineError::Conflict(format!(
+            "VF {vf} of GPU {gpu} is not enabled"
+        )));
+    }
+    let profile = profile_by_name(host, gpu, name)?;
+    let (nvml, index) = mig_gpu(host, gpu)?;
+    let carried = current(host, vf)?;
+    let (gi, made) = match (carried, at_start(host, gpu, index, start)?) {
+        (Some(t), Some(gi)) if t == ty && gi.profile_id == profile.id => {
+            return handles(host, vf, &gi);
+        }
+        (Some(t), _) if t != ty => {
+            return Err(EngineError::Conflict(format!(
+                "VF {vf} carries vGPU type {t}, not {ty}"
+            )));
+        }
+        (Some(_), _) => {
+            return Err(EngineError::Conflict(format!(
+                "VF {vf} carries vGPU type {ty} but not in a {name} GPU instance at slot {start}"
+            )));
+        }
+        (None, Some(gi)) if gi.profile_id != profile.id => {
+            return Err(EngineError::Conflict(format!(
+                "slot {start} on GPU {gpu} holds GPU instance {} of another profile",
+                gi.id
+            )));
+        }
+        (None, Some(gi)) if !cis(host, gpu, index, gi.id)?.is_empty() => {
+            return Err(EngineError::Conflict(format!(
+                "GPU instance {} at slot {start} on GPU {gpu} has compute instances: it is not ours",
+                gi.id
+            )));
+        }
+        // Left by an earlier attempt of this slice (its identity reserves the slot).
+        (None, Some(gi)) => (gi, false),
+        (None, None) => {
+            let size = placements(host, gpu, index, profile.id)?
+                .iter()
+                .find(|p| p.start == start)
+                .map(|p| p.size)
+                .ok_or_else(|| {
+                    EngineError::Conflict(format!("{name} cannot start at slot {start}"))
+                })?;
+            let gi = nvml
+                .create_gpu_instance(index, profile.id, Placement { start, size })
+                .map_err(|e| {
+                    host.nvml_err(
+                        format!("cannot create MIG {name} at slot {start} on {gpu}"),
+                        gpu,
+                        e,
+                    )
+                })?;
+            (gi, true)
+        }
+    };
+    match put_type(host, gpu, index, ty, vf, &profile, &gi) {
+        Ok(()) => handles(host, vf, &gi),
+        Err(e) => {
+            if made && !matches!(e, EngineError::Timeout { .. }) {
+                // Leave nothing half-made: the GPU instance goes with its failed vGPU.
+                if let Err(undo) = nvml.destroy_gpu_instance(index, gi.id) {
+                    tracing::warn!(%gpu, gi = gi.id, error = %undo, "cannot undo GPU instance");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Writes the type once our GPU instance is the only unused one of its profile, and reads it
+/// back.
+fn put_type(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    ty: VgpuTypeId,
+    vf: PciAddress,
+    profile: &GpuInstanceProfile,
+    gi: &GpuInstance,
+) -> Result<()> {
+    let unused = unused_instances(host, gpu, index, profile.id)?;
+    if unused > 1 {
+        return Err(EngineError::Conflict(format!(
+            "GPU {gpu} has {} other unused {} GPU instances besides ours (GI {}); the driver could put the vGPU into one of them",
+            unused - 1,
+            profile.name,
+            gi.id
+        )));
+    }
+    write_type(host, gpu, vf, Some(ty))?;
+    match current(host, vf)? {
+        Some(t) if t == ty => Ok(()),
+        other => Err(EngineError::Conflict(format!(
+            "VF {vf} reads vGPU type {other:?} after writing {ty}"
+        ))),
+    }
+}
+
+/// Removes the vGPU, then the GPU instance at the slot when it is still ours.
+pub(super) fn destroy(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<()> {
+    let (vf, start, name) = parts(id)?;
+    remove_type(host, gpu, vf, ty)?;
+    let (nvml, index) = match mig_gpu(host, gpu) {
+        Ok(x) => x,
+        // MIG off: no GPU instance can be left.
+        Err(EngineError::Unsupported(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let profile = profile_by_name(host, gpu, name)?;
+    let Some(gi) = at_start(host, gpu, index, start)? else {
+        return Ok(());
+    };
+    if gi.profile_id != profile.id || !cis(host, gpu, index, gi.id)?.is_empty() {
+        tracing::warn!(%gpu, gi = gi.id, start, "the GPU instance at the slot is not ours; left alone");
+        return Ok(());
+    }
+    match nvml.destroy_gpu_instance(index, gi.id) {
+        Ok(()) => Ok(()),
+        // Another VF's vGPU moved into the freed instance: it is someone else's now.
+        Err(e) if e.code == NvmlCode::IN_USE => {
+            tracing::warn!(%gpu, gi = gi.id, "another vGPU took the GPU instance; left alone");
+            Ok(())
+        }
+        Err(e) => Err(host.nvml_err(format!("cannot destroy {gpu} GI {}", gi.id), gpu, e)),
+    }
+}
+
+/// Present when the VF carries the type and our GPU instance is at the slot.
+pub(super) fn observe(
+    host: &Host,
+    gpu: PciAddress,
+    ty: VgpuTypeId,
+    id: &Identity,
+) -> Result<Observed> {
+    let (vf, start, name) = parts(id)?;
+    if !host.fs().exists(&vfio_dev(vf)) {
+        return Ok(Observed::Absent);
+    }
+    let carried = current(host, vf)?;
+    if let Some(t) = carried.filter(|t| *t != ty) {
+        return Ok(Observed::Changed(format!(
+            "VF {vf} carries vGPU type {t}, not {ty}"
+        )));
+    }
+    let profile = profile_by_name(host, gpu, name)?;
+    let (_, index) = mig_gpu(host, gpu)?;
+    Ok(match (carried, at_start(host, gpu, index, start)?) {
+        (_, Some(gi)) if gi.profile_id != profile.id => Observed::Changed(format!(
+            "slot {start} holds GPU instance {} of another profile",
+            gi.id
+        )),
+        (_, Some(gi)) if !cis(host, gpu, index, gi.id)?.is_empty() => Observed::Changed(format!(
+            "GPU instance {} at slot {start} has compute instances",
+            gi.id
+        )),
+        (Some(_), Some(gi)) => Observed::Present(handles(host, vf, &gi)?),
+        (Some(_), None) => Observed::Changed(format!(
+            "VF {vf} carries vGPU type {ty} but no {name} GPU instance is at slot {start}"
+        )),
+        (None, _) => Observed::Absent,
+    })
+}

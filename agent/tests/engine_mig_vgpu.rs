@@ -1,0 +1,361 @@
+//! MIG-backed vendor-VFIO vGPUs on the HGX H200 profile: a GPU instance of the type's profile at
+//! an explicit (or scheduled) start slot, then the type on a free VF; rollback of either step,
+//! crash between them, reboot.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+mod engine_common;
+
+use agent::engine::{
+    GpuSelector, Identity, Layout, LayoutEntry, LayoutState, Slice, SliceKind, SliceState,
+};
+use engine_common::*;
+use sim::{Profile, SimHost};
+
+const H200: &str = "0000:18:00.0";
+const H200B: &str = "0000:2a:00.0";
+/// `NVIDIA H200X-1-18C`, MIG-backed on a `1g.18gb` GPU instance.
+const T1G: &str = "1414";
+/// `NVIDIA H200X-3-71C`, on `3g.71gb`.
+const T3G: &str = "1417";
+/// `NVIDIA H200X-35C`, time-sliced.
+const TS: &str = "1421";
+
+fn vgpu(t: &str, start: Option<u32>) -> SliceKind {
+    SliceKind::NvidiaVfio {
+        vgpu_type: t.parse().unwrap(),
+        start,
+    }
+}
+
+fn mig_on(h: &SimHost, gpu: &str) {
+    h.set_mig_mode(addr(gpu), true).unwrap();
+}
+
+/// NVML's index of a GPU.
+fn index(h: &SimHost, gpu: &str) -> u32 {
+    let nvml = h.nvml();
+    (0..nvml.device_count().unwrap())
+        .find(|i| nvml.device_info(*i).unwrap().pci_address == addr(gpu))
+        .unwrap()
+}
+
+/// GPU instances on the GPU as (profile name, start, id).
+fn gis(h: &SimHost, gpu: &str) -> Vec<(String, u32, u32)> {
+    let nvml = h.nvml();
+    let i = index(h, gpu);
+    let profiles = nvml.gpu_instance_profiles(i).unwrap();
+    let mut v: Vec<_> = nvml
+        .gpu_instances(i)
+        .unwrap()
+        .into_iter()
+        .map(|g| {
+            let name = profiles
+                .iter()
+                .find(|p| p.id == g.profile_id)
+                .unwrap()
+                .name
+                .to_string();
+            (name, g.placement.start, g.id)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn vf_type(h: &SimHost, vf: ids::PciAddress) -> String {
+    read(
+        h,
+        &format!("/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"),
+    )
+}
+
+fn mig_vgpu_parts(s: &Slice) -> (ids::PciAddress, u32, String) {
+    match &s.identity {
+        Identity::MigVgpu {
+            address,
+            start,
+            profile,
+            ..
+        } => (*address, *start, profile.to_string()),
+        other => panic!("not a MIG-backed identity: {other:?}"),
+    }
+}
+
+fn typed_vfs(h: &SimHost) -> usize {
+    host_slices(h)
+        .iter()
+        .filter(|(_, s)| matches!(s, inventory::ExistingSlice::NvidiaVfio { .. }))
+        .count()
+}
+
+#[test]
+fn a_mig_backed_vgpu_takes_a_gpu_instance_at_its_slot() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    // MIG off: refused, nothing touched.
+    let err = create(&e, H200, vgpu(T1G, Some(3))).unwrap_err();
+    assert_eq!(err.code(), "unsupported", "{err}");
+    assert!(err.to_string().contains("MIG"), "{err}");
+    assert!(host_slices(&h).is_empty());
+    assert_eq!(e.pending_intents(), 0);
+
+    mig_on(&h, H200);
+    let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
+    let (vf, start, profile) = mig_vgpu_parts(&a);
+    assert_eq!((start, profile.as_str()), (3, "1g.18gb"));
+    assert_eq!(vf_type(&h, vf), T1G);
+    let on_host = gis(&h, H200);
+    assert_eq!(on_host.len(), 1);
+    assert_eq!((on_host[0].0.as_str(), on_host[0].1), ("1g.18gb", 3));
+    assert_eq!(a.handles.gpu_instance_id, Some(on_host[0].2));
+    assert_eq!(
+        a.handles.compute_instance_id, None,
+        "the guest makes its own"
+    );
+    assert_eq!(a.handles.pci_address, Some(vf));
+    assert_eq!(a.state, SliceState::Ready);
+
+    // Without a start the engine chooses a free slot; the same slot again is a conflict.
+    let b = create(&e, H200, vgpu(T3G, None)).unwrap();
+    let (vf_b, start_b, _) = mig_vgpu_parts(&b);
+    assert_ne!(vf_b, vf);
+    assert!(
+        start_b == 0 || start_b == 4,
+        "3g starts at 0 or 4: {start_b}"
+    );
+    assert_eq!(
+        create(&e, H200, vgpu(T1G, Some(3))).unwrap_err().code(),
+        "conflict"
+    );
+    // A slot the profile does not allow, a start on a time-sliced type, a time-sliced type
+    // while MIG is on.
+    assert_eq!(
+        create(&e, H200, vgpu(T3G, Some(2))).unwrap_err().code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        create(&e, H200, vgpu(TS, Some(0))).unwrap_err().code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        create(&e, H200, vgpu(TS, None)).unwrap_err().code(),
+        "unsupported"
+    );
+    assert_eq!(e.slices().len(), 2);
+    assert!(e.reconcile().unwrap().foreign.is_empty(), "GIs are ours");
+
+    // A VM holds the VF: busy, nothing removed.
+    h.set_vfio_open(vf, true).unwrap();
+    assert_eq!(e.destroy_slice(a.id).unwrap_err().code(), "busy");
+    assert_eq!(gis(&h, H200).len(), 2);
+    h.set_vfio_open(vf, false).unwrap();
+    e.destroy_slice(a.id).unwrap();
+    assert_eq!(vf_type(&h, vf), "0");
+    let left = gis(&h, H200);
+    assert_eq!(left.len(), 1, "only our GI went: {left:?}");
+    assert_eq!(left[0].1, start_b);
+    e.destroy_slice(b.id).unwrap();
+    assert!(host_slices(&h).is_empty());
+    assert_eq!(e.pending_intents(), 0);
+}
+
+#[test]
+fn allocations_and_layouts_take_mig_backed_types_by_name() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    mig_on(&h, H200);
+    let a = e
+        .allocate(request("nova", "NVIDIA H200X-1-18C", Some(H200)))
+        .unwrap();
+    let s = e.slice(a.slices[0]).unwrap();
+    assert_eq!(s.state, SliceState::Allocated);
+    assert_eq!(mig_vgpu_parts(&s).2, "1g.18gb");
+    assert_eq!(gis(&h, H200).len(), 1);
+
+    mig_on(&h, H200B);
+    let view = e
+        .set_layouts(vec![Layout {
+            name: "mig-vgpu".into(),
+            selector: GpuSelector {
+                addresses: vec![addr(H200B)],
+                ..GpuSelector::default()
+            },
+            slices: vec![
+                LayoutEntry {
+                    slice_type: "NVIDIA H200X-1-18C".into(),
+                    count: 3,
+                },
+                LayoutEntry {
+                    slice_type: "NVIDIA H200X-3-71C".into(),
+                    count: 1,
+                },
+            ],
+            amd: None,
+        }])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    let on_b = gis(&h, H200B);
+    assert_eq!(on_b.len(), 4, "{on_b:?}");
+    assert_eq!(
+        e.slices()
+            .iter()
+            .filter(|s| s.spec.gpu == addr(H200B))
+            .count(),
+        4
+    );
+    // The instances do not overlap: the 3g took a half the 1g ones left whole.
+    let three = on_b.iter().find(|g| g.0 == "3g.71gb").unwrap();
+    assert!(
+        on_b.iter()
+            .filter(|g| g.0 == "1g.18gb")
+            .all(|g| g.1 < three.1 || g.1 >= three.1 + 4),
+        "{on_b:?}"
+    );
+}
+
+#[test]
+fn a_failed_step_rolls_back_what_the_create_made() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    mig_on(&h, H200);
+    // The GPU instance cannot be made: nothing on the VF either.
+    fault(
+        &h,
+        &format!(
+            "nvml:nvmlDeviceCreateGpuInstanceWithPlacement@{H200}=INSUFFICIENT_RESOURCES,times=1"
+        ),
+    );
+    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    assert_eq!(err.code(), "no_capacity", "{err}");
+    assert!(host_slices(&h).is_empty());
+    assert_eq!(e.pending_intents(), 0);
+
+    // The type write fails: the GPU instance made for it goes again.
+    fault(
+        &h,
+        "write:/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type=EIO,times=1",
+    );
+    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    assert_eq!(err.errno(), Some(libc::EIO), "{err}");
+    assert!(gis(&h, H200).is_empty(), "the GI was rolled back");
+    assert_eq!(typed_vfs(&h), 0);
+    assert_eq!(e.pending_intents(), 0);
+    assert!(e.slices().is_empty());
+
+    // Someone else's unused GPU instance of the same profile: the driver could put our vGPU
+    // there, so the create is refused and only our own instance goes.
+    let nvml = h.nvml();
+    let i = index(&h, H200);
+    let p = nvml
+        .gpu_instance_profiles(i)
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name.to_string() == "1g.18gb")
+        .unwrap();
+    let foreign = nvml
+        .create_gpu_instance(i, p.id, gpu::Placement { start: 6, size: 1 })
+        .unwrap();
+    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    assert_eq!(err.code(), "conflict", "{err}");
+    assert_eq!(gis(&h, H200), vec![("1g.18gb".into(), 6, foreign.id)]);
+    assert_eq!(typed_vfs(&h), 0);
+    assert_eq!(e.pending_intents(), 0);
+    // It is reported, never touched.
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.foreign.len(), 1, "{report:?}");
+    nvml.destroy_gpu_instance(i, foreign.id).unwrap();
+    create(&e, H200, vgpu(T1G, Some(0))).unwrap();
+}
+
+#[test]
+fn a_create_stopped_between_its_steps_is_rolled_back_by_the_next_reconcile() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    mig_on(&h, H200);
+    {
+        let e = engine(&h, dir.path());
+        // The type write fails and so does every removal of the GPU instance: the create
+        // stops after its first step, as a crash there would leave it.
+        fault(
+            &h,
+            &format!("nvml:nvmlGpuInstanceDestroy@{H200}=UNKNOWN,times=2"),
+        );
+        fault(
+            &h,
+            "write:/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type=EIO,times=1",
+        );
+        create(&e, H200, vgpu(T1G, Some(2))).unwrap_err();
+        assert_eq!(
+            e.pending_intents(),
+            1,
+            "the intent stays for the reconciler"
+        );
+        assert_eq!(gis(&h, H200).len(), 1, "the GI is left");
+        assert_eq!(typed_vfs(&h), 0);
+    }
+    // The next start: the GI that the open intent names is ours and goes; nothing is foreign.
+    let e = engine(&h, dir.path());
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.intents_resolved, 1, "{report:?}");
+    assert!(report.foreign.is_empty(), "{report:?}");
+    assert!(gis(&h, H200).is_empty());
+    assert_eq!(e.pending_intents(), 0);
+    assert!(e.slices().is_empty());
+}
+
+#[test]
+fn mig_backed_vgpus_come_back_after_a_reboot_in_the_same_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host_dir = tmp.path().join("host");
+    let state = tmp.path().join("state");
+    let h = SimHost::create(&host_dir, Profile::builtin("hgx-h200").unwrap()).unwrap();
+    mig_on(&h, H200);
+    let (before, allocs, gis_before) = {
+        let e = engine(&h, &state);
+        create(&e, H200, vgpu(T1G, Some(5))).unwrap();
+        create(&e, H200, vgpu(T3G, Some(0))).unwrap();
+        e.allocate(request("nova", "NVIDIA H200X-1-18C", Some(H200)))
+            .unwrap();
+        let before: Vec<_> = e
+            .slices()
+            .into_iter()
+            .map(|s| (s.id, s.identity, s.state))
+            .collect();
+        (before, e.allocations(), gis(&h, H200))
+    };
+    assert_eq!(gis_before.len(), 3);
+    h.reboot().unwrap();
+    assert!(gis(&h, H200).is_empty(), "the reboot took every GI");
+
+    let h2 = SimHost::open(&host_dir).unwrap();
+    let e = engine(&h2, &state);
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.recreated.len(), 3, "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(report.foreign.is_empty(), "{report:?}");
+    let mut after: Vec<_> = e
+        .slices()
+        .into_iter()
+        .map(|s| (s.id, s.identity, s.state))
+        .collect();
+    after.sort_by_key(|(id, _, _)| *id);
+    let mut before = before;
+    before.sort_by_key(|(id, _, _)| *id);
+    assert_eq!(after, before, "same VF, same slot, same state");
+    let starts =
+        |v: &[(String, u32, u32)]| v.iter().map(|g| (g.0.clone(), g.1)).collect::<Vec<_>>();
+    assert_eq!(starts(&gis(&h2, H200)), starts(&gis_before));
+    assert_eq!(e.allocations(), allocs);
+    for s in e.slices() {
+        let (vf, _, _) = mig_vgpu_parts(&s);
+        let SliceKind::NvidiaVfio { vgpu_type, .. } = s.spec.kind else {
+            panic!()
+        };
+        assert_eq!(vf_type(&h2, vf), vgpu_type.to_string());
+    }
+    let again = e.reconcile().unwrap();
+    assert!(again.recreated.is_empty(), "{again:?}");
+}
