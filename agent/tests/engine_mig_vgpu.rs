@@ -1,6 +1,6 @@
 //! MIG-backed vendor-VFIO vGPUs on the HGX H200 profile: a GPU instance of the type's profile at
 //! an explicit (or scheduled) start slot, then the type on a free VF; rollback of either step,
-//! crash between them, reboot.
+//! crash between them, reboot. Layouts that turn MIG mode on or off for their slices.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod engine_common;
@@ -358,4 +358,225 @@ fn mig_backed_vgpus_come_back_after_a_reboot_in_the_same_place() {
     }
     let again = e.reconcile().unwrap();
     assert!(again.recreated.is_empty(), "{again:?}");
+}
+
+fn layout(gpu: &str, entries: &[(&str, u32)]) -> Layout {
+    Layout {
+        name: format!("l-{gpu}"),
+        selector: GpuSelector {
+            addresses: vec![addr(gpu)],
+            ..GpuSelector::default()
+        },
+        slices: entries
+            .iter()
+            .map(|(t, n)| LayoutEntry {
+                slice_type: (*t).into(),
+                count: *n,
+            })
+            .collect(),
+        amd: None,
+    }
+}
+
+fn mode(h: &SimHost, gpu: &str) -> (bool, bool) {
+    let m = h.nvml().mig_mode(index(h, gpu)).unwrap();
+    (m.current, m.pending)
+}
+
+fn kinds_on(e: &agent::engine::Engine, gpu: &str) -> Vec<String> {
+    let mut v: Vec<String> = e
+        .slices()
+        .into_iter()
+        .filter(|s| s.spec.gpu == addr(gpu))
+        .map(|s| s.spec.kind.to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    assert_eq!(mode(&h, H200), (false, false));
+    // MIG-backed types: MIG goes on, then the GPU instances and vGPUs are made.
+    let view = e
+        .set_layouts(vec![layout(H200, &[("NVIDIA H200X-1-18C", 2)])])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(gis(&h, H200).len(), 2);
+    assert_eq!(typed_vfs(&h), 2);
+    // Time-sliced types: the MIG-backed slices go, MIG goes off, the new vGPUs come.
+    let view = e
+        .set_layouts(vec![layout(H200, &[("NVIDIA H200X-35C", 2)])])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_eq!(mode(&h, H200), (false, false));
+    assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1421"; 2]);
+    // A MIG profile named while MIG is off: accepted, MIG on, the instance made.
+    let view = e
+        .set_layouts(vec![layout(H200, &[("2g.35gb", 1)])])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(kinds_on(&e, H200).len(), 1);
+    assert!(kinds_on(&e, H200)[0].starts_with("MIG 2g.35gb"));
+    // Whole-GPU passthrough needs MIG off too.
+    let view = e.set_layouts(vec![layout(H200, &[("gpu", 1)])]).unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_eq!(driver(&h, addr(H200)).as_deref(), Some("vfio-pci"));
+    // One GPU cannot want both modes: refused before anything is touched.
+    let before = e.layouts().layouts;
+    let err = e
+        .set_layouts(vec![layout(
+            H200B,
+            &[("NVIDIA H200X-1-18C", 1), ("NVIDIA H200X-35C", 1)],
+        )])
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_request", "{err}");
+    assert!(err.to_string().contains("MIG mode on"), "{err}");
+    assert_eq!(e.layouts().layouts, before);
+    assert_eq!(mode(&h, H200B), (false, false));
+}
+
+#[test]
+fn a_mig_mode_change_waits_for_allocated_and_foreign_slices() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let held = e
+        .allocate(request("vm1", "NVIDIA H200X-35C", Some(H200)))
+        .unwrap();
+    let view = e
+        .set_layouts(vec![layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
+        .unwrap();
+    let st = &view.status[0];
+    assert_eq!(st.state, LayoutState::Pending, "{st:?}");
+    assert!(
+        st.reasons
+            .iter()
+            .any(|r| r.contains("allocated to \"vm1\""))
+            && st.reasons.iter().any(|r| r.contains("MIG mode on waits")),
+        "{st:?}"
+    );
+    assert_eq!(mode(&h, H200), (false, false), "nothing changed");
+    e.release(held.id).unwrap();
+    let st = &e.layouts().status[0];
+    assert_eq!(st.state, LayoutState::Applied, "{st:?}");
+    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1414"]);
+
+    // A vGPU someone else made: reported, never touched, the change waits for it.
+    let vf = "0000:2a:00.4";
+    write(
+        &h,
+        &format!("/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"),
+        TS,
+    );
+    let view = e
+        .set_layouts(vec![layout(H200B, &[("3g.71gb", 1)])])
+        .unwrap();
+    let st = view.status.iter().find(|s| s.gpu == addr(H200B)).unwrap();
+    assert_eq!(st.state, LayoutState::Pending, "{st:?}");
+    assert!(
+        st.reasons
+            .iter()
+            .any(|r| r.contains("carries") && r.contains(vf)),
+        "{st:?}"
+    );
+    assert_eq!(mode(&h, H200B), (false, false));
+    assert_eq!(
+        vf_type(&h, vf.parse().unwrap()),
+        TS,
+        "foreign vGPU untouched"
+    );
+    write(
+        &h,
+        &format!("/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"),
+        "0",
+    );
+    let report = e.reconcile().unwrap();
+    let st = report
+        .layouts
+        .iter()
+        .find(|s| s.gpu == addr(H200B))
+        .unwrap();
+    assert_eq!(st.state, LayoutState::Applied, "{st:?}");
+    assert_eq!(mode(&h, H200B), (true, true));
+}
+
+#[test]
+fn a_mig_mode_change_nvml_leaves_pending_waits_for_a_reset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host_dir = tmp.path().join("host");
+    let state = tmp.path().join("state");
+    let h = SimHost::create(&host_dir, Profile::builtin("hgx-h200").unwrap()).unwrap();
+    // A monitoring agent holds the GPU: NVML accepts the change but leaves it pending.
+    h.set_gpu_clients(addr(H200), true).unwrap();
+    {
+        let e = engine(&h, &state);
+        let view = e
+            .set_layouts(vec![layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
+            .unwrap();
+        let st = &view.status[0];
+        assert_eq!(st.state, LayoutState::Pending, "{st:?}");
+        assert!(
+            st.reasons
+                .iter()
+                .any(|r| r.contains("MIG mode change waits for a GPU reset")),
+            "{st:?}"
+        );
+        assert_eq!(mode(&h, H200), (false, true));
+        // Applying again waits the same way: no second request, no reset.
+        let report = e.reconcile().unwrap();
+        assert_eq!(report.layouts[0].state, LayoutState::Pending);
+        assert!(e.slices().is_empty());
+        assert_eq!(mode(&h, H200), (false, true));
+    }
+    // The reset comes with a reboot; the next start completes the layout.
+    h.reboot().unwrap();
+    let h2 = SimHost::open(&host_dir).unwrap();
+    let e = engine(&h2, &state);
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.layouts[0].state, LayoutState::Applied, "{report:?}");
+    assert_eq!(mode(&h2, H200), (true, true));
+    assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1414"]);
+}
+
+#[test]
+fn a_passthrough_layout_turns_mig_off_on_an_idle_a100_only() {
+    let h = sim("dgx-a100");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    const A100: &str = "0000:07:00.0";
+    const A100B: &str = "0000:0f:00.0";
+    assert_eq!(mode(&h, A100B), (true, true));
+    // Someone else's GPU instance on the second GPU keeps its mode.
+    let i = index(&h, A100B);
+    let nvml = h.nvml();
+    let p = nvml
+        .gpu_instance_profiles(i)
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name.to_string() == "1g.10gb")
+        .unwrap();
+    nvml.create_gpu_instance(i, p.id, gpu::Placement { start: 0, size: 1 })
+        .unwrap();
+    let mut second = layout(A100B, &[("gpu", 1)]);
+    second.name = "second".into();
+    let view = e
+        .set_layouts(vec![layout(A100, &[("gpu", 1)]), second])
+        .unwrap();
+    let of = |gpu: &str| view.status.iter().find(|s| s.gpu == addr(gpu)).unwrap();
+    assert_eq!(of(A100).state, LayoutState::Applied, "{view:?}");
+    assert_eq!(driver(&h, addr(A100)).as_deref(), Some("vfio-pci"));
+    assert_eq!(of(A100B).state, LayoutState::Pending, "{view:?}");
+    assert!(
+        of(A100B).reasons.iter().any(|r| r.contains("MIG 1g.10gb")),
+        "{view:?}"
+    );
+    assert_eq!(mode(&h, A100B), (true, true));
+    assert_eq!(gis(&h, A100B).len(), 1, "foreign instance untouched");
 }

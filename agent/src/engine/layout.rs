@@ -4,16 +4,22 @@
 //! destroyed, missing ones are created (largest MIG profiles first, so small instances do not
 //! fragment the GPU). An allocated slice is never destroyed: the GPU reports `pending` with the
 //! reason until it is released, then the next apply completes. Foreign slices are never touched.
+//!
+//! A layout also sets what its slices need of the GPU: MIG mode on for MIG slices and MIG-backed
+//! vGPU types, off for time-sliced vGPU types and the whole GPU (only while the GPU carries
+//! nothing; a change NVML leaves pending waits for a GPU reset, which vgpud never does), and an
+//! AMD GPU's partition modes (under an intent, so a crash mid-way is finished by the reconciler).
 
 use std::collections::BTreeSet;
 
 use ids::PciAddress;
 use serde::{Deserialize, Serialize};
 
+use super::backend::mig_profile_id;
 use super::error::{EngineError, Result, chain};
 use super::events::Event;
 use super::model::{SliceKind, SliceSpec};
-use super::resolve::{check_type, gpus, kind_on};
+use super::resolve::{check_type, gpus, layout_kind_on, mig_mode};
 use super::state::OwnedSlice;
 use super::vfs;
 use super::{Engine, lock};
@@ -270,14 +276,26 @@ impl Engine {
                 if let Some(want) = &l.amd {
                     self.check_partition(&dev, l, want)?;
                 }
+                let mut kinds = Vec::new();
                 for e in &l.slices {
-                    if kind_on(self.host(), &dev, e.slice_type.trim())?.is_none() {
-                        return Err(EngineError::InvalidRequest(format!(
-                            "layout {}: GPU {} does not offer {:?}",
-                            l.name, dev.address, e.slice_type
-                        )));
+                    match layout_kind_on(self.host(), &dev, e.slice_type.trim())? {
+                        Some(kind) if e.count > 0 => kinds.push(kind),
+                        Some(_) => {}
+                        None => {
+                            return Err(EngineError::InvalidRequest(format!(
+                                "layout {}: GPU {} does not offer {:?}",
+                                l.name, dev.address, e.slice_type
+                            )));
+                        }
                     }
                 }
+                self.wanted_mig_mode(dev.address, &kinds)
+                    .map_err(|e| match e {
+                        EngineError::InvalidRequest(why) => {
+                            EngineError::InvalidRequest(format!("layout {}: {why}", l.name))
+                        }
+                        e => e,
+                    })?;
             }
         }
         Ok(())
@@ -328,13 +346,25 @@ impl Engine {
         let mut failed = Vec::new();
         let mut want: Vec<(SliceKind, u32)> = Vec::new();
         for e in &layout.slices {
-            match kind_on(self.host(), dev, e.slice_type.trim()) {
+            match layout_kind_on(self.host(), dev, e.slice_type.trim()) {
                 Ok(Some(kind)) => want.push((kind, e.count)),
                 Ok(None) => failed.push(format!("GPU {gpu} does not offer {:?}", e.slice_type)),
                 Err(e) => failed.push(chain(&e)),
             }
         }
         want.sort_by_key(|(k, _)| creation_order(k));
+        let kinds: Vec<SliceKind> = want
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mig = match self.wanted_mig_mode(gpu, &kinds) {
+            Ok(m) => m,
+            Err(e) => {
+                failed.push(chain(&e));
+                None
+            }
+        };
         if let Some(part) = &layout.amd
             && failed.is_empty()
         {
@@ -362,6 +392,21 @@ impl Engine {
         }
         for s in surplus {
             self.remove_surplus(&s, &mut pending, &mut failed)?;
+        }
+        if let Some(on) = mig
+            && failed.is_empty()
+        {
+            match self.mig_mode_step(gpu, on, !pending.is_empty())? {
+                ModeStep::Ready => {}
+                ModeStep::Wait(why) => {
+                    pending.push(why);
+                    return Ok(status(gpu, layout, pending, failed));
+                }
+                ModeStep::Fail(why) => {
+                    failed.push(why);
+                    return Ok(status(gpu, layout, pending, failed));
+                }
+            }
         }
         for (kind, n) in want {
             for _ in 0..n {
@@ -606,5 +651,125 @@ impl Engine {
             return Ok(false);
         }
         Ok(true)
+    }
+}
+
+/// Where a GPU's MIG mode is for a layout.
+enum ModeStep {
+    /// As the layout needs it: the slices can be made.
+    Ready,
+    /// Not yet, with why (slices on the GPU, a GPU reset to come).
+    Wait(String),
+    /// Cannot be, with why.
+    Fail(String),
+}
+
+impl Engine {
+    /// The MIG mode the kinds need: on for MIG slices and MIG-backed vGPU types, off for
+    /// time-sliced vGPU types and the whole GPU, `None` when they do not care. Both at once is
+    /// `invalid_request`.
+    fn wanted_mig_mode(&self, gpu: PciAddress, kinds: &[SliceKind]) -> Result<Option<bool>> {
+        let (mut on, mut off) = (None, None);
+        for kind in kinds {
+            let needs_on = match kind {
+                SliceKind::Mig { .. } => true,
+                SliceKind::NvidiaVfio { vgpu_type, .. } => {
+                    mig_profile_id(self.host(), gpu, *vgpu_type)?.is_some()
+                }
+                SliceKind::Passthrough => false,
+                SliceKind::Mdev { .. } | SliceKind::SriovVf => continue,
+            };
+            let slot = if needs_on { &mut on } else { &mut off };
+            slot.get_or_insert_with(|| kind.to_string());
+        }
+        match (on, off) {
+            (Some(a), Some(b)) => Err(EngineError::InvalidRequest(format!(
+                "GPU {gpu}: {a} needs MIG mode on and {b} needs it off; one GPU cannot carry both"
+            ))),
+            (Some(_), None) => Ok(Some(true)),
+            (None, Some(_)) => Ok(Some(false)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Brings the GPU's MIG mode to `on`: only while the GPU carries no slice (`blocked`: the
+    /// layout already waits for one), never by resetting the GPU. Called with the GPU lock held.
+    fn mig_mode_step(&self, gpu: PciAddress, on: bool, blocked: bool) -> Result<ModeStep> {
+        let host = self.host();
+        let what = if on { "on" } else { "off" };
+        let mode = match mig_mode(host, gpu) {
+            Ok(Some(m)) => m,
+            // No MIG, or NVML does not see the GPU (bound to vfio-pci): nothing to turn off.
+            Ok(None) if !on => return Ok(ModeStep::Ready),
+            Ok(None) => {
+                return Ok(ModeStep::Fail(format!(
+                    "GPU {gpu} has no MIG mode NVML can set"
+                )));
+            }
+            Err(e) => return Ok(ModeStep::Fail(chain(&e))),
+        };
+        let (nvml, index) = (host.nvml()?, host.nvml_index(gpu)?);
+        let set = |why: &str| -> std::result::Result<(), String> {
+            nvml.set_mig_mode(index, on).map_err(|e| {
+                chain(&host.nvml_err(
+                    format!("cannot turn MIG mode {what} on GPU {gpu}{why}"),
+                    gpu,
+                    e,
+                ))
+            })
+        };
+        if mode.current == on {
+            // Someone asked for the other mode: withdraw it before a reset makes it happen.
+            if mode.pending != on
+                && let Err(why) = set(" (withdrawing a pending change)")
+            {
+                return Ok(ModeStep::Fail(why));
+            }
+            return Ok(ModeStep::Ready);
+        }
+        let waits = || {
+            ModeStep::Wait(format!(
+                "GPU {gpu}: MIG mode change waits for a GPU reset (vgpud never resets a GPU)"
+            ))
+        };
+        if mode.pending == on {
+            return Ok(waits());
+        }
+        if blocked {
+            return Ok(ModeStep::Wait(format!(
+                "GPU {gpu}: turning MIG mode {what} waits for them"
+            )));
+        }
+        let carried = self.carried(gpu);
+        if !carried.is_empty() {
+            return Ok(ModeStep::Wait(format!(
+                "GPU {gpu}: MIG mode cannot turn {what} while the GPU carries {}",
+                carried.join(", ")
+            )));
+        }
+        if let Err(why) = set("") {
+            return Ok(ModeStep::Fail(why));
+        }
+        // NVML's answer is the commit point: read the mode back.
+        match mig_mode(host, gpu) {
+            Ok(Some(m)) if m.current == on => {
+                tracing::info!(%gpu, mode = what, "MIG mode changed for a layout");
+                Ok(ModeStep::Ready)
+            }
+            Ok(_) => Ok(waits()),
+            Err(e) => Ok(ModeStep::Fail(chain(&e))),
+        }
+    }
+
+    /// What the host shows on the GPU, owned or not: mdevs, typed or vfio-bound VFs, GPU
+    /// instances, the GPU on vfio-pci.
+    fn carried(&self, gpu: PciAddress) -> Vec<String> {
+        self.inventory()
+            .gpus
+            .iter()
+            .filter(|g| g.pci_address == gpu)
+            .flat_map(|g| &g.slices)
+            .map(|s| super::reconcile::describe(gpu, s))
+            .collect()
     }
 }

@@ -346,7 +346,7 @@ fn is_ours(gpu: Option<PciAddress>, id: &Identity, on: PciAddress, slice: &Exist
     }
 }
 
-fn describe(gpu: PciAddress, slice: &ExistingSlice) -> String {
+pub(super) fn describe(gpu: PciAddress, slice: &ExistingSlice) -> String {
     match slice {
         ExistingSlice::Mdev { uuid, type_id, .. } => format!("mdev {uuid} ({type_id}) on {gpu}"),
         ExistingSlice::Mig {

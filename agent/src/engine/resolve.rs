@@ -69,6 +69,48 @@ pub(crate) fn kind_on(host: &Host, dev: &vfio::PciDevice, t: &str) -> Result<Opt
     Ok(None)
 }
 
+/// The kind a type string means in a layout on one GPU: as [`kind_on`], and also a MIG profile
+/// on a MIG-capable GPU whose MIG mode is off now: the layout turns MIG on first, and the
+/// profile is checked when the slice is made (NVML lists profiles only with MIG on).
+pub(crate) fn layout_kind_on(
+    host: &Host,
+    dev: &vfio::PciDevice,
+    t: &str,
+) -> Result<Option<SliceKind>> {
+    if let Some(kind) = kind_on(host, dev, t)? {
+        return Ok(Some(kind));
+    }
+    if dev.vendor == PciVendorId::NVIDIA
+        && let Ok(profile) = t.parse::<MigProfileName>()
+        && mig_mode(host, dev.address)?.is_some_and(|m| !m.current)
+    {
+        return Ok(Some(SliceKind::Mig {
+            profile,
+            start: None,
+        }));
+    }
+    Ok(None)
+}
+
+/// The GPU's MIG mode; `None` without MIG (or without NVML). A timeout is an error.
+pub(crate) fn mig_mode(host: &Host, gpu: PciAddress) -> Result<Option<gpu::MigMode>> {
+    let Ok(nvml) = host.nvml() else {
+        return Ok(None);
+    };
+    let index = match host.nvml_index(gpu) {
+        Ok(i) => i,
+        Err(e @ EngineError::Timeout { .. }) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    match nvml.mig_mode(index) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
+            Err(host.nvml_err(format!("cannot read the MIG mode of {gpu}"), gpu, e))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 /// A vendor-VFIO vGPU type by name (`NVIDIA H200X-35C`) or id (`1421`).
 fn vgpu_type(host: &Host, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>> {
     let Ok(nvml) = host.nvml() else {

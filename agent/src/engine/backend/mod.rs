@@ -60,6 +60,7 @@ pub(crate) fn needs_vfs(kind: BackendKind) -> bool {
 }
 
 pub(crate) use mig::profile_by_name;
+pub(crate) use nvidia_vfio::mig_profile_id;
 
 /// An identity of the wrong kind for the backend: a bug or a hand-edited store.
 pub(crate) fn wrong_identity(kind: BackendKind, id: &Identity) -> super::error::EngineError {
