@@ -94,6 +94,25 @@ pub fn mix(samples: &[Sample]) -> Workload {
     Workload { items }
 }
 
+/// The host's MIG layout as `profile@start` per GPU, for `HOST_DEBUG`.
+fn layout(host: &Snapshot) -> String {
+    host.gpus
+        .iter()
+        .map(|g| match &g.mode {
+            GpuMode::Mig { instances, .. } => {
+                let mut v: Vec<String> = instances
+                    .iter()
+                    .map(|i| format!("{}@{}", i.profile, i.start))
+                    .collect();
+                v.sort();
+                format!("[{}]", v.join(" "))
+            }
+            _ => "[?]".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Per-policy results at one load.
 #[derive(Debug, Clone, Default)]
 pub struct HostResult {
@@ -200,6 +219,14 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
                         .collect();
                     if repack_fits(&host, &profiles, &s.profile) {
                         res.avoidable += 1;
+                        if std::env::var_os("HOST_DEBUG").is_some() {
+                            eprintln!(
+                                "avoidable {} {}: {}",
+                                policy.name(),
+                                s.profile,
+                                layout(&host)
+                            );
+                        }
                     }
                 } else if counted {
                     res.rejected += 1;
@@ -208,4 +235,97 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
         }
     }
     res
+}
+
+/// Mean and standard deviation over seeds.
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (m, var.sqrt())
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        100.0 * a as f64 / b as f64
+    }
+}
+
+/// One policy at one load over several seeds: (mean, standard deviation) pairs.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Acceptance, percent of requests.
+    pub accepted: (f64, f64),
+    /// Acceptance weighted by memory slices.
+    pub slice_weighted: (f64, f64),
+    /// Rejections, all seeds together.
+    pub rejected: u64,
+    /// Avoidable share of rejections per seed.
+    pub avoidable: (f64, f64),
+    /// Avoidable rejections over all rejections of all seeds.
+    pub avoidable_pooled: f64,
+    /// NUMA-local share of accepted requests, all seeds together.
+    pub numa_local: f64,
+    /// Acceptance minus best-fit's on the same seed (same arrivals), in points.
+    pub vs_best_fit: (f64, f64),
+}
+
+impl Summary {
+    /// Summarises per-seed runs; `best_fit` holds best-fit's runs on the same seeds.
+    pub fn of(runs: &[(u64, HostResult)], best_fit: &[(u64, HostResult)]) -> Self {
+        let per = |f: &dyn Fn(&HostResult) -> f64| {
+            mean_sd(&runs.iter().map(|(_, r)| f(r)).collect::<Vec<_>>())
+        };
+        let sum = |f: &dyn Fn(&HostResult) -> u64| runs.iter().map(|(_, r)| f(r)).sum::<u64>();
+        let diffs: Vec<f64> = runs
+            .iter()
+            .filter_map(|(s, r)| {
+                let b = best_fit.iter().find(|(t, _)| t == s)?;
+                Some(pct(r.accepted, r.offered) - pct(b.1.accepted, b.1.offered))
+            })
+            .collect();
+        Self {
+            accepted: per(&|r| pct(r.accepted, r.offered)),
+            slice_weighted: per(&|r| pct(r.accepted_slices, r.offered_slices)),
+            rejected: sum(&|r| r.rejected),
+            avoidable: per(&|r| pct(r.avoidable, r.rejected)),
+            avoidable_pooled: pct(sum(&|r| r.avoidable), sum(&|r| r.rejected)),
+            numa_local: pct(sum(&|r| r.local), sum(&|r| r.accepted)),
+            vs_best_fit: mean_sd(&diffs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(offered: u64, accepted: u64, rejected: u64, avoidable: u64) -> HostResult {
+        HostResult {
+            offered,
+            accepted,
+            offered_slices: offered,
+            accepted_slices: accepted,
+            rejected,
+            avoidable,
+            local: accepted,
+        }
+    }
+
+    #[test]
+    fn summary_pools_rejections_and_pairs_seeds_with_best_fit() {
+        let runs = vec![(1, run(100, 90, 10, 1)), (2, run(100, 70, 30, 0))];
+        let best_fit = vec![(2, run(100, 60, 40, 4)), (1, run(100, 88, 12, 2))];
+        let s = Summary::of(&runs, &best_fit);
+        assert!((s.accepted.0 - 80.0).abs() < 1e-9, "{s:?}");
+        assert!((s.accepted.1 - 200f64.sqrt()).abs() < 1e-9, "{s:?}");
+        // 1 avoidable of 40 rejections, not the mean of 10 % and 0 %.
+        assert!((s.avoidable_pooled - 2.5).abs() < 1e-9, "{s:?}");
+        assert!((s.avoidable.0 - 5.0).abs() < 1e-9, "{s:?}");
+        // Seed 1: +2 points, seed 2: +10 points, matched by seed and not by position.
+        assert!((s.vs_best_fit.0 - 6.0).abs() < 1e-9, "{s:?}");
+        assert_eq!(s.rejected, 40);
+    }
 }

@@ -57,15 +57,15 @@ enum Cmd {
         /// Pod list CSV (its GPU-sharing pods and lifetimes are sampled).
         #[arg(long)]
         pods: PathBuf,
-        /// Arrivals per load and policy (after a 10 % warm-up).
+        /// Arrivals per load, policy and seed (after a 10 % warm-up).
         #[arg(long, default_value_t = 20_000)]
         arrivals: u64,
         /// Offered loads, comma-separated.
         #[arg(long, default_value = "0.6,0.8,1.0")]
         loads: String,
-        /// Random seed.
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
+        /// Seeds, `A-B` or `A,B,C`: the lifetimes are heavy-tailed, so one seed is noisy.
+        #[arg(long, default_value = "42-51")]
+        seeds: String,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -100,7 +100,7 @@ fn sched_host(
     pods: PathBuf,
     arrivals: u64,
     loads: &str,
-    seed: u64,
+    seeds: &str,
     json_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let pods = openb::read_pods_with_lifetime(&pods)?;
@@ -112,9 +112,15 @@ fn sched_host(
         .split(',')
         .map(|l| l.trim().parse().with_context(|| format!("bad load {l:?}")))
         .collect::<anyhow::Result<_>>()?;
+    let seeds = parse_seeds(seeds)?;
     let policies = host_policies(host::mix(&samples));
-    let jobs: Vec<(usize, f64)> = (0..policies.len())
-        .flat_map(|p| loads.iter().map(move |l| (p, *l)))
+    let jobs: Vec<(usize, f64, u64)> = (0..policies.len())
+        .flat_map(|p| {
+            let seeds = &seeds;
+            loads
+                .iter()
+                .flat_map(move |l| seeds.iter().map(move |s| (p, *l, *s)))
+        })
         .collect();
     let start = Instant::now();
     let results = std::sync::Mutex::new(Vec::new());
@@ -124,7 +130,7 @@ fn sched_host(
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some((p, load)) = jobs.get(i).copied() else {
+                    let Some((p, load, seed)) = jobs.get(i).copied() else {
                         break;
                     };
                     let Some(policy) = policies.get(p) else {
@@ -132,56 +138,82 @@ fn sched_host(
                     };
                     let r = host::run(&samples, policy, load, arrivals, seed);
                     if let Ok(mut v) = results.lock() {
-                        v.push((p, load, r));
+                        v.push((p, load, seed, r));
                     }
                 }
             });
         }
     });
-    let mut results = results.into_inner().unwrap_or_default();
-    results.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let results = results.into_inner().unwrap_or_default();
     println!(
-        "{:<6} {:<10} {:>10} {:>15} {:>10} {:>11} {:>11}",
-        "load", "policy", "accepted", "slice-weighted", "rejected", "avoidable", "NUMA-local"
+        "{:<6} {:<10} {:>15} {:>15} {:>10} {:>15} {:>11} {:>15}",
+        "load",
+        "policy",
+        "accepted",
+        "slice-weighted",
+        "rejected",
+        "avoidable",
+        "NUMA-local",
+        "vs best-fit"
     );
     let mut out = Vec::new();
-    for (p, load, r) in &results {
-        let name = policies.get(*p).map_or("?", |x| x.name());
-        let pct = |a: u64, b: u64| {
-            if b == 0 {
-                0.0
-            } else {
-                100.0 * a as f64 / b as f64
-            }
+    for load in &loads {
+        let of_load = |p: usize| -> Vec<(u64, host::HostResult)> {
+            let mut v: Vec<_> = results
+                .iter()
+                .filter(|(q, l, _, _)| *q == p && l == load)
+                .map(|(_, _, s, r)| (*s, r.clone()))
+                .collect();
+            v.sort_by_key(|(s, _)| *s);
+            v
         };
-        println!(
-            "{:<6} {:<10} {:>9.2}% {:>14.2}% {:>10} {:>10.2}% {:>10.2}%",
-            load,
-            name,
-            pct(r.accepted, r.offered),
-            pct(r.accepted_slices, r.offered_slices),
-            r.rejected,
-            pct(r.avoidable, r.rejected),
-            pct(r.local, r.accepted)
-        );
-        out.push(json!({
-            "load": load, "policy": name,
-            "acceptance_pct": pct(r.accepted, r.offered),
-            "slice_weighted_acceptance_pct": pct(r.accepted_slices, r.offered_slices),
-            "rejections": r.rejected,
-            "avoidable_rejections_pct": pct(r.avoidable, r.rejected),
-            "numa_local_pct": pct(r.local, r.accepted),
-        }));
+        let best_fit = policies
+            .iter()
+            .position(|x| *x == sched::Policy::BestFit)
+            .map(of_load)
+            .unwrap_or_default();
+        for (p, policy) in policies.iter().enumerate() {
+            let runs = of_load(p);
+            let s = host::Summary::of(&runs, &best_fit);
+            println!(
+                "{:<6} {:<10} {:>7.2}% ±{:<5.2} {:>7.2}% ±{:<5.2} {:>10} {:>7.2}% ±{:<5.2} {:>10.2}% {:>+8.2} ±{:<5.2}",
+                load,
+                policy.name(),
+                s.accepted.0,
+                s.accepted.1,
+                s.slice_weighted.0,
+                s.slice_weighted.1,
+                s.rejected,
+                s.avoidable_pooled,
+                s.avoidable.1,
+                s.numa_local,
+                s.vs_best_fit.0,
+                s.vs_best_fit.1,
+            );
+            out.push(json!({
+                "load": load, "policy": policy.name(), "seeds": runs.len(),
+                "acceptance_pct": s.accepted.0, "acceptance_sd": s.accepted.1,
+                "slice_weighted_acceptance_pct": s.slice_weighted.0,
+                "slice_weighted_acceptance_sd": s.slice_weighted.1,
+                "rejections": s.rejected,
+                "avoidable_rejections_pct": s.avoidable_pooled,
+                "avoidable_rejections_sd": s.avoidable.1,
+                "numa_local_pct": s.numa_local,
+                "acceptance_minus_best_fit": s.vs_best_fit.0,
+                "acceptance_minus_best_fit_sd": s.vs_best_fit.1,
+            }));
+        }
     }
     println!(
-        "{} runs of {arrivals} arrivals in {:.1} s",
+        "{} runs ({} seeds) of {arrivals} arrivals in {:.1} s; ± is the standard deviation over seeds",
         jobs.len(),
+        seeds.len(),
         start.elapsed().as_secs_f64()
     );
     if let Some(path) = json_out {
         std::fs::write(
             &path,
-            serde_json::to_string_pretty(&json!({"results": out}))?,
+            serde_json::to_string_pretty(&json!({"seeds": seeds, "results": out}))?,
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -384,9 +416,9 @@ fn main() -> anyhow::Result<()> {
             pods,
             arrivals,
             loads,
-            seed,
+            seeds,
             json,
-        } => sched_host(pods, arrivals, &loads, seed, json),
+        } => sched_host(pods, arrivals, &loads, &seeds, json),
         Cmd::SchedLatency {
             live,
             decisions,

@@ -3,9 +3,12 @@
 //! scheduled in order with no departures.
 //!
 //! The published baselines are re-implemented here the way the simulator's score plugins
-//! compute them, including their integer scores, the Kubernetes scheduler's random choice among
-//! equal scores, and each plugin's GPU selection. The `vgpud` policy chooses the node by
-//! `sched::host_score` and the GPU by `sched::decide`, treating every node as one host.
+//! compute them, including their integer scores and each plugin's GPU selection; equal scores go
+//! to the first node in the run's order (`REPLAY_RANDOM_TIE=1`: uniformly random, see
+//! `select_max`). The `vgpud` policy chooses the node by `sched::host_score` (fragmentation
+//! added in steps of [`HOST_TIE_GPUS`], then the capacity left on the GPU taken, then node
+//! order) and the GPU by `sched::decide`, treating every node as one host. `REPLAY_DEBUG=1`
+//! prints the first failures and what is left on partly used GPUs at the end.
 
 use std::collections::HashMap;
 
@@ -194,6 +197,8 @@ struct Cluster<'a> {
     first_tie: bool,
     /// CPU the trace's GPU pods ask per thousandth of a GPU.
     cpu_per_gpu_milli: f64,
+    /// Shares placed on each GPU, kept only for `REPLAY_DEBUG`.
+    debug_shares: Option<Vec<Vec<Vec<u32>>>>,
 }
 
 impl<'a> Cluster<'a> {
@@ -222,6 +227,7 @@ impl<'a> Cluster<'a> {
             vgpud_memo: HashMap::new(),
             first_tie: std::env::var_os("REPLAY_RANDOM_TIE").is_none(),
             cpu_per_gpu_milli: 0.0,
+            debug_shares: None,
         }
     }
 
@@ -400,9 +406,14 @@ impl<'a> Cluster<'a> {
                 -(surplus.round() as i64),
             ))
         } else {
+            // Equal fragmentation: best fit on the GPU(s) taken, as `decide` ranks GPUs.
             let hs = sched::host_score(&snap, &Self::request(pod), policy);
-            hs.feasible
-                .then(|| ((hs.frag_added / HOST_TIE_GPUS).round() as i64, 0))
+            hs.feasible.then(|| {
+                (
+                    (hs.frag_added / HOST_TIE_GPUS).round() as i64,
+                    (hs.slice_free_after * 1000.0).round() as i64,
+                )
+            })
         };
         self.vgpud_memo.insert(memo_key, key);
         key
@@ -432,6 +443,13 @@ impl<'a> Cluster<'a> {
         };
         st.cpu_left -= i64::from(pod.cpu_milli);
         st.mem_left -= pod.memory_mib as i64;
+        if let Some(node) = self.debug_shares.as_mut().and_then(|d| d.get_mut(i)) {
+            for g in gpus {
+                if let Some(list) = node.get_mut(*g) {
+                    list.push(pod.gpu_milli);
+                }
+            }
+        }
         for g in gpus {
             if let Some(l) = st.left.get_mut(*g) {
                 *l = l.saturating_sub(pod.gpu_milli);
@@ -691,14 +709,28 @@ pub fn replay(
         .collect();
     let mut cluster = Cluster {
         nodes: &reordered,
+        debug_shares: std::env::var_os("REPLAY_DEBUG").map(|_| {
+            reordered
+                .iter()
+                .map(|n| vec![Vec::new(); n.gpus as usize])
+                .collect()
+        }),
         ..cluster
     };
+    let mut failed_by_shape: HashMap<u32, u32> = HashMap::new();
     for pod in pods {
         arrived += pod.total_milli();
         if cluster.schedule(policy, pod) {
             used += pod.total_milli();
         } else {
             failed += 1;
+            *failed_by_shape
+                .entry(if pod.is_share() {
+                    pod.gpu_milli
+                } else {
+                    1000 * pod.num_gpu
+                })
+                .or_default() += 1;
             if std::env::var_os("REPLAY_DEBUG").is_some() && failed <= 15 {
                 let cpu_free: i64 = cluster.st.iter().map(|s| s.cpu_left).sum();
                 let gpu_free: u64 = cluster
@@ -741,6 +773,7 @@ pub fn replay(
                 }
             }
         }
+        debug_leftovers(&cluster, &failed_by_shape);
         eprintln!(
             "{}: free GPU milli by node CPU left (<3.2, <8, <12, more cores): {:?}; whole GPUs {} partial {}",
             policy.name(),
@@ -755,6 +788,48 @@ pub fn replay(
         failed,
         pods: pods.len(),
     }
+}
+
+/// Prints what sits on the GPUs left partly free at the end, and the failed pods by shape.
+fn debug_leftovers(cluster: &Cluster, failed_by_shape: &HashMap<u32, u32>) {
+    let Some(shares) = &cluster.debug_shares else {
+        return;
+    };
+    let mut groups: HashMap<Vec<u32>, (u32, u64)> = HashMap::new();
+    let mut starved = 0u64;
+    for (st, node) in cluster.st.iter().zip(shares) {
+        for (left, list) in st.left.iter().zip(node) {
+            if *left == 0 || *left == 1000 {
+                continue;
+            }
+            let shape_fits = |cpu: bool| {
+                cluster.typical.iter().any(|t| {
+                    t.num_gpu == 1
+                        && t.gpu_milli > 0
+                        && t.gpu_milli <= *left
+                        && (!cpu || i64::from(t.cpu_milli) <= st.cpu_left)
+                })
+            };
+            if *left >= 220 && shape_fits(false) && !shape_fits(true) {
+                starved += u64::from(*left);
+            }
+            let mut key = list.clone();
+            key.sort_unstable_by(|a, b| b.cmp(a));
+            let e = groups.entry(key).or_default();
+            e.0 += 1;
+            e.1 += u64::from(*left);
+        }
+    }
+    let mut list: Vec<_> = groups.into_iter().collect();
+    list.sort_by_key(|e| std::cmp::Reverse(e.1.1));
+    for (k, (n, left)) in list.iter().take(25) {
+        eprintln!("  partial {k:?}: {n} GPUs, {left} milli free");
+    }
+    let mut failed: Vec<_> = failed_by_shape.iter().collect();
+    failed.sort();
+    eprintln!(
+        "  partial free (>= 220) that a typical share fits but not its CPU: {starved}; failed by shape: {failed:?}"
+    );
 }
 
 #[cfg(test)]

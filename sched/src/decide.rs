@@ -141,9 +141,9 @@ pub struct HostScore {
     pub feasible: bool,
     /// Higher is better: `-(frag_added) - 0.001 × host_free_after` for the fragmentation-aware
     /// policy (least fragmentation, then the fullest host), a policy-specific value otherwise.
-    /// An upstream scheduler should treat `frag_added` differences under about 0.05 GPU as ties
-    /// and keep a stable host order among them: on the openb replay that packs better than
-    /// exact comparison (see BENCHMARKS.md).
+    /// An upstream scheduler should rather treat `frag_added` differences under about 0.05 GPU
+    /// as ties, break them by `slice_free_after` and then keep a stable host order: on the openb
+    /// replay that packs better than exact comparison (see the crate docs and BENCHMARKS.md).
     pub score: f64,
     /// Expected fragmentation the placement adds, in GPUs.
     pub frag_added: f64,
@@ -151,6 +151,10 @@ pub struct HostScore {
     pub numa_local: bool,
     /// Free GPU capacity of the whole host after the placement, in GPUs.
     pub host_free_after: f64,
+    /// Free capacity left on the GPU(s) the request would take, in GPUs: among hosts of equal
+    /// fragmentation, the one leaving the least here is the best fit (the same tie-break
+    /// `decide` applies between GPUs).
+    pub slice_free_after: f64,
     /// Why not, when infeasible.
     pub reason: Option<String>,
 }
@@ -753,6 +757,7 @@ pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> Ho
             frag_added: 0.0,
             numa_local: false,
             host_free_after: f64::from(ev.host_free) / f64::from(GPU_UNITS),
+            slice_free_after: 0.0,
             reason: Some(ev.error.unwrap_or(SchedError::NoCapacity).to_string()),
         };
     };
@@ -775,6 +780,7 @@ pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> Ho
         frag_added,
         numa_local: best.local,
         host_free_after,
+        slice_free_after: f64::from(best.free_after) / f64::from(GPU_UNITS),
         reason: None,
     }
 }

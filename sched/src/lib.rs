@@ -50,7 +50,19 @@
 //! node), or everything when the host cannot take that shape at all. The workload defaults to
 //! every shape the host's GPUs offer, equally likely; the engine should pass the observed mix.
 //! Unlike FGD's scorer, the measure is compared exactly (no rounding to integer scores, no random
-//! tie-breaking): ties go to best fit, which keeps empty GPUs empty for large requests.
+//! tie-breaking): ties go to best fit, which keeps empty GPUs empty for large requests. The CPU
+//! and memory of each shape are part of the measure (a GPU whose NUMA node cannot feed a shape
+//! is a fragment for it); without them the openb replay loses about a point.
+//!
+//! # Choosing between hosts
+//! [`host_score`] evaluates the host as `decide` would and reports, for the winning candidate,
+//! the fragmentation it adds (`frag_added`), the capacity left on the GPU(s) it takes
+//! (`slice_free_after`) and on the whole host. An upstream scheduler should rank hosts by
+//! `frag_added` with differences under about 0.05 GPU counted as equal, then by
+//! `slice_free_after` (best fit on the remainder, the rule `decide` applies between GPUs), then
+//! keep a stable host order. The measured effect of each rule, and of the alternatives that did
+//! not help (weighting shapes by GPU demand, a CPU-proportional fragment, packing or spreading
+//! hosts, other tie widths), is in BENCHMARKS.md.
 
 mod cap;
 mod decide;

@@ -439,6 +439,17 @@ fn fractional_shares_follow_fgd() {
         &policy,
     );
     assert!(hs.feasible && hs.frag_added < 0.0, "{hs:?}");
+    // The share fills GPU 1 exactly: nothing left on the GPU it takes, 1.5 GPUs on the host.
+    assert!(hs.slice_free_after.abs() < 1e-9, "{hs:?}");
+    assert!((hs.host_free_after - 1.5).abs() < 1e-9, "{hs:?}");
+    let hs = host_score(
+        &snap,
+        &Request::new("vm", SliceRequest::Fraction(400)),
+        &policy,
+    );
+    // A 400 share on the 500-used GPU would leave a 100 fragment; the empty GPU keeps 600,
+    // still room for a 500 share, so that is the GPU taken and what is left on it.
+    assert!((hs.slice_free_after - 0.6).abs() < 1e-9, "{hs:?}");
     assert_eq!(
         decide(
             &snap,
