@@ -240,3 +240,79 @@ fn crash_test(profile: &str, mode: &str, target: usize) {
         .sum();
     assert_eq!(host_slices(&h).len(), expected);
 }
+
+/// A partition change killed between its steps (VFs off and the memory mode set, the compute
+/// mode call hanging) is finished by the reconciler of the next start, before the layouts.
+#[test]
+fn kill_nine_in_the_middle_of_an_amd_partition_change() {
+    const MI300X: &str = "0000:c1:00.0";
+    let tmp = tempfile::tempdir().unwrap();
+    let host_dir = tmp.path().join("host");
+    let state = tmp.path().join("state");
+    let h = SimHost::create(&host_dir, Profile::builtin("vdi-mixed").unwrap()).unwrap();
+    h.inject_fault(
+        format!("amd:amdsmi_set_gpu_compute_partition@{MI300X}=hang:60000,times=1")
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut child = Command::new(CHILD)
+        .arg(&host_dir)
+        .arg(&state)
+        .arg("1")
+        .arg("partition")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let modes = |h: &SimHost| {
+        let amd = h.amd();
+        let p = amd.partition(addr(MI300X)).unwrap();
+        (
+            p.compute,
+            p.memory,
+            amd.num_vf(addr(MI300X)).unwrap().enabled,
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while modes(&h) != ("SPX".into(), "NPS4".into(), 0) {
+        assert!(Instant::now() < deadline, "the change never got half way");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL, while the compute mode call hangs
+    child.wait().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        !out.contains("ACK"),
+        "killed before the layout returned: {out}"
+    );
+
+    let h = SimHost::open(&host_dir).unwrap();
+    assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 0), "left half way");
+    let e = engine(&h, &state);
+    assert_eq!(e.pending_intents(), 1, "the open partition intent survived");
+    let mut events = e.subscribe();
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.intents_resolved, 1, "{report:?}");
+    assert!(report.intents_pending.is_empty(), "{report:?}");
+    assert_eq!(e.pending_intents(), 0);
+    assert_eq!(modes(&h), ("CPX".into(), "NPS4".into(), 8));
+    // The intent was finished first; the layout then only made its slices.
+    let first_layout_event = std::iter::from_fn(|| events.try_recv().ok())
+        .find(|ev| matches!(ev, agent::engine::Event::LayoutStatus { .. }));
+    assert!(matches!(
+        first_layout_event,
+        Some(agent::engine::Event::LayoutStatus {
+            state: agent::engine::LayoutState::Applied,
+            ..
+        })
+    ));
+    assert_eq!(
+        e.slices()
+            .iter()
+            .filter(|s| s.spec.gpu == addr(MI300X))
+            .count(),
+        8
+    );
+}

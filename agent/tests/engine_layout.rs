@@ -347,9 +347,12 @@ fn an_amd_smi_fault_mid_way_fails_the_gpu_and_the_next_apply_recovers() {
         "{st:?}"
     );
     assert_eq!(vf_slices(&e), 0);
-    // Half way: memory already set, compute not, VFs off.
+    // Half way: memory already set, compute not, VFs off; the change's intent stays open.
     assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 0));
-    e.reconcile().unwrap();
+    assert_eq!(e.pending_intents(), 1);
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.intents_resolved, 1, "{report:?}");
+    assert_eq!(e.pending_intents(), 0);
     let st = &e.layouts().status[0];
     assert_eq!(st.state, LayoutState::Applied, "{st:?}");
     assert_eq!(modes(&h), ("CPX".into(), "NPS4".into(), 8));

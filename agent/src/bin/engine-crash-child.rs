@@ -5,14 +5,17 @@
 //!
 //! Usage: `engine-crash-child HOST_DIR STATE_DIR SEED MODE`, MODE `vdi` (mdev, VFs and
 //! passthrough on the `vdi-mixed` profile), `mig` (MIG instances on `dgx-a100`) or `migvgpu`
-//! (MIG-backed vendor-VFIO vGPUs on `hgx-h200`, MIG mode on for its first two GPUs).
+//! (MIG-backed vendor-VFIO vGPUs on `hgx-h200`, MIG mode on for its first two GPUs), or
+//! `partition` (one layout that moves the `vdi-mixed` MI300X to CPX/NPS4 with 8 VFs, then
+//! idles: the test kills it part-way through the partition change).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent::engine::{
-    AllocationRequest, CreateSlice, Engine, EngineConfig, SliceKind, SliceRequest, SliceSpec,
+    AllocationRequest, CreateSlice, Engine, EngineConfig, Layout, SliceKind, SliceRequest,
+    SliceSpec,
 };
 
 /// A small deterministic generator (xorshift64*): no dependency for a test driver.
@@ -40,8 +43,13 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [host_dir, state_dir, seed, mode] = args.as_slice() else {
-        anyhow::bail!("usage: engine-crash-child HOST_DIR STATE_DIR SEED vdi|mig|migvgpu");
+        anyhow::bail!(
+            "usage: engine-crash-child HOST_DIR STATE_DIR SEED vdi|mig|migvgpu|partition"
+        );
     };
+    if mode == "partition" {
+        return partition(host_dir, state_dir);
+    }
     let ops = match mode.as_str() {
         "vdi" => &VDI,
         "mig" => &MIG,
@@ -60,6 +68,27 @@ fn run() -> anyhow::Result<()> {
             writeln!(out, "ACK {line}")?;
             out.flush()?;
         }
+    }
+}
+
+/// Applies one AMD partition layout and idles; prints `ACK layout` when it returned.
+fn partition(host_dir: &str, state_dir: &str) -> anyhow::Result<()> {
+    let host = sim::SimHost::open(&PathBuf::from(host_dir))?;
+    let engine = Engine::open(EngineConfig::new(state_dir, agent::host::sim_access(&host)))?;
+    engine.reconcile()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY")?;
+    out.flush()?;
+    let layout: Layout = serde_json::from_str(
+        r#"{"name": "mi300x", "selector": {"addresses": ["0000:c1:00.0"]},
+            "slices": [{"type": "vf", "count": 8}],
+            "amd": {"compute": "CPX", "memory": "NPS4", "vfs": 8}}"#,
+    )?;
+    engine.set_layouts(vec![layout])?;
+    writeln!(out, "ACK layout")?;
+    out.flush()?;
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 

@@ -201,6 +201,15 @@ fn mode_vf_limit(mode: &str) -> Option<u32> {
     }
 }
 
+/// Whether the GPU is in the asked modes with the asked VFs enabled (any count, but some, when
+/// the layout leaves it to the mode).
+fn partition_reached(now: &gpu::PartitionState, want: &AmdPartition, enabled: u32) -> bool {
+    now.compute == want.compute
+        && now.memory == want.memory
+        && want.vfs.is_none_or(|n| n == enabled)
+        && (enabled > 0 || want.vfs == Some(0))
+}
+
 impl Engine {
     /// Replaces the declared layouts (checked against the host first) and applies them.
     pub fn set_layouts(&self, layouts: Vec<Layout>) -> Result<LayoutsView> {
@@ -520,7 +529,9 @@ impl Engine {
     }
 
     /// Brings the GPU to the partition modes and VF count; the slices follow. Called with the
-    /// GPU lock held.
+    /// GPU lock held. The change runs under an intent opened before its first step and closed
+    /// after its last: a crash (or a failure) mid-way leaves it open, and the reconciler
+    /// finishes it before the agent reports ready.
     fn apply_partition(
         &self,
         gpu: PciAddress,
@@ -533,83 +544,108 @@ impl Engine {
             failed.push(format!("GPU {gpu}: AMD SMI is not available"));
             return Ok(());
         };
-        let timeout = host.timeout();
-        let amd_err = |what: String, e| EngineError::from_amd(what, gpu, timeout, e);
         let now = match amd.partition(gpu) {
             Ok(p) => p,
             Err(e) => {
-                failed.push(chain(&amd_err(
+                let e = EngineError::from_amd(
                     format!("cannot read partitions of GPU {gpu}"),
+                    gpu,
+                    host.timeout(),
                     e,
-                )));
+                );
+                failed.push(chain(&e));
                 return Ok(());
             }
         };
-        let modes_match = now.compute == want.compute && now.memory == want.memory;
         let enabled = host.vfs(gpu)?.len() as u32;
-        if modes_match
-            && want.vfs.is_none_or(|n| n == enabled)
-            && (enabled > 0 || want.vfs == Some(0))
-        {
+        if partition_reached(&now, want, enabled) {
             return Ok(());
         }
         if !self.clear_gpu_for_partition(gpu, pending, failed)? {
             return Ok(());
         }
-        if enabled > 0
-            && let Err(e) = vfs::set_count(host, gpu, 0)
-        {
-            failed.push(format!(
-                "cannot disable the VFs of GPU {gpu}: {}",
-                chain(&e)
-            ));
-            return Ok(());
-        }
-        if now.memory != want.memory
-            && let Err(e) = amd.set_memory_partition(gpu, &want.memory)
-        {
-            let e = amd_err(
-                format!("cannot set memory partition {} on GPU {gpu}", want.memory),
-                e,
-            );
-            failed.push(chain(&e));
-            return Ok(());
-        }
-        if now.compute != want.compute
-            && let Err(e) = amd.set_compute_partition(gpu, &want.compute)
-        {
-            let e = amd_err(
-                format!("cannot set compute partition {} on GPU {gpu}", want.compute),
-                e,
-            );
-            failed.push(chain(&e));
-            return Ok(());
-        }
-        let supported = match amd.num_vf(gpu) {
-            Ok(c) => c.supported,
-            Err(e) => {
-                failed.push(chain(&amd_err(format!("cannot read VFs of GPU {gpu}"), e)));
-                return Ok(());
+        let n = self.write(|d| d.open_partition_intent(gpu.into(), want.clone()))?;
+        match self.partition_steps(gpu, want) {
+            Ok(()) => {
+                self.write(|d| d.intents.remove(&n))?;
+                tracing::info!(%gpu, compute = %want.compute, memory = %want.memory, "partition changed");
             }
-        };
+            Err(e @ EngineError::Store(_)) => return Err(e),
+            Err(e) => failed.push(chain(&e)),
+        }
+        Ok(())
+    }
+
+    /// The steps of a partition change, each only where the GPU still differs: VFs off, memory
+    /// mode, compute mode, the asked VF count on (read back). Run by a layout under its intent,
+    /// and by the reconciler to finish an intent a crash left open.
+    pub(crate) fn partition_steps(&self, gpu: PciAddress, want: &AmdPartition) -> Result<()> {
+        let host = self.host();
+        let amd = host.amd().ok_or_else(|| {
+            EngineError::Unsupported(format!("GPU {gpu}: AMD SMI is not available"))
+        })?;
+        let timeout = host.timeout();
+        let amd_err = |what: String, e| EngineError::from_amd(what, gpu, timeout, e);
+        let now = amd
+            .partition(gpu)
+            .map_err(|e| amd_err(format!("cannot read partitions of GPU {gpu}"), e))?;
+        let enabled = host.vfs(gpu)?.len() as u32;
+        if partition_reached(&now, want, enabled) {
+            return Ok(());
+        }
+        if enabled > 0 {
+            if vfs::in_use(host, gpu, &[])? {
+                return Err(EngineError::Busy(format!(
+                    "GPU {gpu} has VFs in use outside vgpud; the partition change waits for them"
+                )));
+            }
+            vfs::set_count(host, gpu, 0).map_err(|e| {
+                EngineError::host(
+                    format!("cannot disable the VFs of GPU {gpu}"),
+                    e.errno(),
+                    Box::new(e),
+                )
+            })?;
+        }
+        if now.memory != want.memory {
+            amd.set_memory_partition(gpu, &want.memory).map_err(|e| {
+                amd_err(
+                    format!("cannot set memory partition {} on GPU {gpu}", want.memory),
+                    e,
+                )
+            })?;
+        }
+        if now.compute != want.compute {
+            amd.set_compute_partition(gpu, &want.compute).map_err(|e| {
+                amd_err(
+                    format!("cannot set compute partition {} on GPU {gpu}", want.compute),
+                    e,
+                )
+            })?;
+        }
+        let supported = amd
+            .num_vf(gpu)
+            .map_err(|e| amd_err(format!("cannot read VFs of GPU {gpu}"), e))?
+            .supported;
         let asked = want.vfs.unwrap_or(supported);
         if asked > supported {
-            failed.push(format!(
+            return Err(EngineError::Unsupported(format!(
                 "GPU {gpu} supports {supported} VFs in {}, {asked} asked",
                 want.compute
-            ));
-            return Ok(());
+            )));
         }
         if asked > 0 {
-            match vfs::set_count(host, gpu, asked) {
-                Ok(got) if got < asked => {
-                    failed.push(format!("GPU {gpu} enabled {got} of the {asked} VFs asked"))
-                }
-                Ok(_) => {}
-                Err(e) => failed.push(format!(
-                    "cannot enable {asked} VFs on GPU {gpu}: {}",
-                    chain(&e)
-                )),
+            let got = vfs::set_count(host, gpu, asked).map_err(|e| {
+                EngineError::host(
+                    format!("cannot enable {asked} VFs on GPU {gpu}"),
+                    e.errno(),
+                    Box::new(e),
+                )
+            })?;
+            if got < asked {
+                return Err(EngineError::NoCapacity(format!(
+                    "GPU {gpu} enabled {got} of the {asked} VFs asked"
+                )));
             }
         }
         Ok(())

@@ -108,8 +108,8 @@ impl Engine {
         Ok(())
     }
 
-    /// A create is rolled back (what its identity shows on the host is ours); a destroy is
-    /// rolled forward.
+    /// A create is rolled back (what its identity shows on the host is ours); a destroy and a
+    /// partition change are rolled forward.
     fn resolve_intent(&self, n: u64, intent: &Intent) -> Result<()> {
         match intent {
             Intent::Create {
@@ -127,6 +127,14 @@ impl Engine {
                     None => {}
                 }
                 tracing::info!(intent = n, %gpu, "rolled back an unfinished create");
+                self.write(|d| d.intents.remove(&n))?;
+            }
+            Intent::Partition { gpu, partition } => {
+                let pf = gpu.pci().ok_or_else(|| {
+                    EngineError::InvalidRequest(format!("{gpu} is not a PCI device"))
+                })?;
+                self.partition_steps(pf, partition)?;
+                tracing::info!(intent = n, %gpu, "finished an unfinished partition change");
                 self.write(|d| d.intents.remove(&n))?;
             }
             Intent::Destroy { slice } => {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::layout::Layout;
+use super::layout::{AmdPartition, Layout};
 use super::model::{Allocation, AllocationId, DeviceRef, Identity, SliceId, SliceSpec};
 
 /// The store's schema: `vgpud-state.json`, version 1.
@@ -36,12 +36,18 @@ pub(crate) enum Intent {
     },
     /// Destroying an owned slice.
     Destroy { slice: OwnedSlice },
+    /// Changing an AMD GPU's partition (VFs off, memory mode, compute mode, VFs back on); the
+    /// reconciler finishes it.
+    Partition {
+        gpu: DeviceRef,
+        partition: AmdPartition,
+    },
 }
 
 impl Intent {
     pub(crate) fn gpu(&self) -> &DeviceRef {
         match self {
-            Intent::Create { gpu, .. } => gpu,
+            Intent::Create { gpu, .. } | Intent::Partition { gpu, .. } => gpu,
             Intent::Destroy { slice } => &slice.spec.gpu,
         }
     }
@@ -50,6 +56,7 @@ impl Intent {
         match self {
             Intent::Create { slice, .. } => slice.as_ref().map(|s| &s.identity),
             Intent::Destroy { slice } => Some(&slice.identity),
+            Intent::Partition { .. } => None,
         }
     }
 }
@@ -75,6 +82,14 @@ pub(crate) struct Desired {
 }
 
 impl Desired {
+    /// Records the partition change of a GPU, replacing one still open there (the newer target
+    /// wins), and returns its number.
+    pub(crate) fn open_partition_intent(&mut self, gpu: DeviceRef, partition: AmdPartition) -> u64 {
+        self.intents
+            .retain(|_, i| !matches!(i, Intent::Partition { gpu: g, .. } if *g == gpu));
+        self.open_intent(Intent::Partition { gpu, partition })
+    }
+
     /// Records a new intent and returns its number.
     pub(crate) fn open_intent(&mut self, intent: Intent) -> u64 {
         self.next_intent += 1;
@@ -108,7 +123,7 @@ impl Desired {
     pub(crate) fn in_flight(&self, slice: SliceId) -> bool {
         self.intents.values().any(|i| match i {
             Intent::Create { slice: Some(s), .. } | Intent::Destroy { slice: s } => s.id == slice,
-            Intent::Create { slice: None, .. } => false,
+            Intent::Create { slice: None, .. } | Intent::Partition { .. } => false,
         })
     }
 }
@@ -187,5 +202,24 @@ mod tests {
         assert_eq!(upper, DeviceRef::Pci("0000:c1:00.0".parse().unwrap()));
         assert!("bad/name".parse::<DeviceRef>().is_err());
         assert!(serde_json::from_str::<DeviceRef>(r#""""#).is_err());
+    }
+
+    #[test]
+    fn a_partition_intent_round_trips_and_a_newer_one_replaces_it() {
+        let mut d = Desired::default();
+        let gpu: DeviceRef = "0000:c1:00.0".parse().unwrap();
+        let part = |c: &str| AmdPartition {
+            compute: c.into(),
+            memory: "NPS4".into(),
+            vfs: Some(8),
+        };
+        d.open_partition_intent(gpu.clone(), part("DPX"));
+        let n = d.open_partition_intent(gpu.clone(), part("CPX"));
+        assert_eq!(d.intents.len(), 1, "the newer target replaces the older");
+        assert_eq!(d.intents[&n].gpu(), &gpu);
+        assert_eq!(d.intents[&n].identity(), None);
+        let text = serde_json::to_string(&d).unwrap();
+        assert!(text.contains(r#""op":"partition""#), "{text}");
+        assert_eq!(serde_json::from_str::<Desired>(&text).unwrap(), d);
     }
 }
