@@ -1,9 +1,10 @@
 //! Bringing the host back in line with the desired state.
 //!
-//! Order: finish or roll back the intents a crash left; make sure every owned VF exists (VF
-//! counts reset at boot); re-create owned slices the host lost, passthrough and VFs first, then
-//! vendor-VFIO types and MIG instances, then mdevs, with their recorded identities; report
-//! foreign slices (never touch them); apply layouts.
+//! Order: finish or roll back the intents a crash left (creates back, destroys and partition
+//! changes forward); make sure every owned VF exists (VF counts reset at boot); re-create owned
+//! slices the host lost, passthrough and VFs first, then MIG instances, then vendor-VFIO types
+//! (a MIG-backed one makes its GPU instance, then writes the type), then mdevs, with their
+//! recorded identities; report foreign slices (never touch them); apply layouts.
 
 use std::collections::{BTreeMap, BTreeSet};
 
