@@ -26,6 +26,11 @@ pub const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]+$";
 /// The pattern of a canonical PCI address (`dddd:bb:dd.f`, lower case).
 pub const PCI_PATTERN: &str = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$";
 
+/// The pattern of a device that carries slices: a GPU by its canonical PCI address, or an mdev
+/// parent that is not a PCI device (`mtty`) by its name, which never contains a colon.
+pub const DEVICE_PATTERN: &str =
+    r"^([0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]|[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$";
+
 /// The pattern of a canonical UUID (hyphenated, lower case).
 pub const UUID_PATTERN: &str = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
 
@@ -138,6 +143,30 @@ pub fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
 /// Parses a PCI address in its canonical form only (`0000:07:00.0`; not `7:0.0`, not upper case).
 pub fn parse_pci(field: &str, value: &str) -> Result<ids::PciAddress, ApiError> {
     canonical(field, value, "a PCI address such as 0000:07:00.0")
+}
+
+/// Parses a device as [`DEVICE_PATTERN`] allows: a PCI address in canonical form, or the name of
+/// a virtual mdev parent (no colon, so it can never be a misspelt PCI address).
+pub fn parse_device(field: &str, value: &str) -> Result<agent::engine::DeviceRef, ApiError> {
+    if value.contains(':') {
+        return parse_pci(field, value).map(Into::into);
+    }
+    let shown: String = value.chars().take(64).collect();
+    let name_ok = value.len() <= 128
+        && !value.starts_with('.')
+        && !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
+    if !name_ok {
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: {shown:?} is neither a PCI address such as 0000:07:00.0 nor an mdev parent name such as mtty"
+        )));
+    }
+    value
+        .parse::<ids::MdevParentName>()
+        .map(Into::into)
+        .map_err(|e| ApiError::Unprocessable(format!("{field}: {e}")))
 }
 
 /// Parses a value whose `Display` is its canonical form, refusing every other spelling.

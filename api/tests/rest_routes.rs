@@ -124,6 +124,50 @@ async fn slices_lifecycle() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_on_a_virtual_mdev_parent_are_named_by_the_parent() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/rig/rig-guest.toml");
+    let profile = sim::Profile::load(&path).unwrap();
+    let rig = Rig::start_profile(profile, RestOptions::default()).await;
+    let made = rig
+        .post(
+            "/v1/slices",
+            json!({"gpu": "mtty", "kind": {"backend": "mdev", "type_id": "mtty-2"}}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let slice = made.json();
+    assert_eq!(slice["gpu"], "mtty");
+    let uuid = slice["mdev_uuid"].as_str().unwrap().to_owned();
+    assert!(rig.sim.sysfs().exists(std::path::Path::new(&format!(
+        "/sys/bus/mdev/devices/{uuid}"
+    ))));
+    // A parent that is not there, and names that are neither a PCI address nor a parent name:
+    // refused, nothing made.
+    let absent = rig
+        .post(
+            "/v1/slices",
+            json!({"gpu": "nosuch", "kind": {"backend": "mdev", "type_id": "mtty-2"}}),
+        )
+        .await;
+    assert_eq!(absent.status, 404, "{}", absent.text());
+    for bad in ["../mtty", ".hidden", "mt ty", "0000:07:00.0x", ""] {
+        let r = rig
+            .post(
+                "/v1/slices",
+                json!({"gpu": bad, "kind": {"backend": "mdev", "type_id": "mtty-2"}}),
+            )
+            .await;
+        assert_eq!(r.status, 422, "{bad:?}: {}", r.text());
+    }
+    assert_eq!(
+        rig.get("/v1/slices").await.json().as_array().unwrap().len(),
+        1
+    );
+    let id = slice["id"].as_str().unwrap();
+    assert_eq!(rig.delete(&format!("/v1/slices/{id}")).await.status, 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocations_with_idempotency() {
     let rig = Rig::start("dgx-a100").await;
     let body = json!({"consumer": "nova", "vm": "vm-1", "request": {"type": "3g.40gb", "count": 2, "gpu": A100}});

@@ -70,7 +70,7 @@ pub enum Command {
 pub enum SliceCommand {
     /// Create a slice of an explicit kind on an explicit GPU.
     Create {
-        /// The GPU's PCI address.
+        /// The GPU's PCI address, or an mdev parent that is not a PCI device (`mtty`).
         #[arg(long)]
         gpu: String,
         /// `mig:PROFILE[@START]`, `mdev:TYPE`, `vgpu:TYPE-ID`, `vf` or `gpu`.

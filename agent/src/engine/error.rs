@@ -131,8 +131,11 @@ impl EngineError {
             mdev::MdevError::NoInstancesLeft { .. } => {
                 EngineError::NoCapacity(format!("{context}: {e}"))
             }
-            mdev::MdevError::UnknownType { .. } | mdev::MdevError::UnknownParent { .. } => {
+            mdev::MdevError::UnknownType { .. } => {
                 EngineError::InvalidRequest(format!("{context}: {e}"))
+            }
+            mdev::MdevError::UnknownParent { .. } => {
+                EngineError::NotFound(format!("{context}: {e}"))
             }
             mdev::MdevError::AlreadyExists { .. } => {
                 EngineError::Conflict(format!("{context}: {e}"))

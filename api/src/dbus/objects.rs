@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent::engine::{
-    AllocationId, AllocationRequest, CreateSlice, Layout, NumaPolicy, OwnerRequest, SliceId,
-    SliceKind, SliceRequest, SliceSpec,
+    AllocationId, AllocationRequest, CreateSlice, DeviceRef, Layout, NumaPolicy, OwnerRequest,
+    SliceId, SliceKind, SliceRequest, SliceSpec,
 };
 use ids::PciAddress;
 use serde::Serialize;
@@ -127,7 +127,8 @@ impl ManagerObject {
         to_json(&self.shared.blocking(|s| s.layouts()).await?)
     }
 
-    /// Creates a slice. `backend` is `mdev`, `nvidia-vfio`, `sriov-vf`, `mig` or `passthrough`;
+    /// Creates a slice on `gpu` (a GPU's PCI address, or the name of an mdev parent that is not a
+    /// PCI device, such as `mtty`). `backend` is `mdev`, `nvidia-vfio`, `sriov-vf`, `mig` or `passthrough`;
     /// `type` the mdev type id, vGPU type id or MIG profile (empty for the other two). Options:
     /// `start` (u, MIG placement), `consumer` and `vm` (s, hand the slice over at once).
     /// Needs `io.vgpud.manage`.
@@ -621,7 +622,8 @@ fn create_request(
     options: HashMap<String, OwnedVariant>,
 ) -> Result<CreateSlice, DbusError> {
     let mut options = Options(options);
-    let gpu = parse_gpu(gpu)?;
+    // A GPU by PCI address, or a virtual mdev parent (`mtty`) by name.
+    let gpu: DeviceRef = gpu.parse().map_err(DbusError::invalid)?;
     let start = options.u32("start")?;
     let consumer = options.string("consumer")?;
     let vm = options.string("vm")?;
@@ -696,10 +698,7 @@ fn create_request(
         }
     };
     Ok(CreateSlice {
-        spec: SliceSpec {
-            gpu: gpu.into(),
-            kind,
-        },
+        spec: SliceSpec { gpu, kind },
         owner,
     })
 }
@@ -754,6 +753,24 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), OwnedVariant::try_from(v.clone()).unwrap()))
             .collect()
+    }
+
+    #[test]
+    fn create_requests_name_a_gpu_or_a_virtual_mdev_parent() {
+        let on_parent = create_request("mtty", "mdev", "mtty-2", opts(&[])).unwrap();
+        assert_eq!(
+            on_parent.spec.gpu,
+            DeviceRef::MdevParent("mtty".parse().unwrap())
+        );
+        let on_gpu = create_request("0000:07:00.0", "sriov-vf", "", opts(&[])).unwrap();
+        assert_eq!(on_gpu.spec.gpu.pci(), Some("0000:07:00.0".parse().unwrap()));
+        for bad in ["../mtty", "mt ty", ""] {
+            let err = create_request(bad, "mdev", "mtty-2", opts(&[])).unwrap_err();
+            assert!(
+                format!("{err:?}").contains("mdev parent"),
+                "{bad:?}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -265,6 +265,9 @@ pub struct VgpuType {
     pub framebuffer_mib: u64,
     /// Most vGPUs of this type on one GPU.
     pub max_instances: u32,
+    /// The GPU-instance profile id a MIG-backed type occupies; absent for a time-sliced type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_profile_id: Option<u32>,
 }
 
 /// AMD partitioning and VFs.
@@ -557,6 +560,7 @@ impl From<&inventory::VgpuTypeInfo> for VgpuType {
             class: t.class.clone(),
             framebuffer_mib: t.framebuffer_mib,
             max_instances: t.max_instances,
+            gpu_instance_profile_id: t.gpu_instance_profile_id,
         }
     }
 }

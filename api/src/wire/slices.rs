@@ -4,7 +4,7 @@ use agent::engine::{self, AllocationId, SliceId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{canonical, check_text, parse_pci};
+use super::{canonical, check_text, parse_device, parse_pci};
 use crate::error::ApiError;
 
 /// The pattern of an mdev type id as the API accepts it.
@@ -157,9 +157,10 @@ pub struct Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSliceRequest {
-    /// The GPU (physical function), canonical PCI address.
+    /// The device: a GPU (physical function) by its canonical PCI address, or an mdev parent
+    /// that is not a PCI device (the kernel's `mtty`) by its name.
     #[schema(
-        pattern = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$",
+        pattern = r"^([0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]|[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$",
         example = "0000:07:00.0"
     )]
     pub gpu: String,
@@ -188,7 +189,7 @@ impl CreateSliceRequest {
         };
         Ok(engine::CreateSlice {
             spec: engine::SliceSpec {
-                gpu: parse_pci("gpu", &self.gpu)?.into(),
+                gpu: parse_device("gpu", &self.gpu)?,
                 kind: self.kind.to_engine()?,
             },
             owner,

@@ -30,7 +30,11 @@ pub struct Rig {
 }
 
 pub fn service_on(profile: &str, state_dir: &Path) -> (SimHost, Service) {
-    let sim = SimHost::new(Profile::builtin(profile).unwrap()).unwrap();
+    service_on_profile(Profile::builtin(profile).unwrap(), state_dir)
+}
+
+pub fn service_on_profile(profile: Profile, state_dir: &Path) -> (SimHost, Service) {
+    let sim = SimHost::new(profile).unwrap();
     let mut cfg = EngineConfig::new(state_dir, agent::host::sim_access(&sim));
     cfg.vendor_timeout = Duration::from_secs(5);
     let engine = Engine::open(cfg).unwrap();
@@ -44,12 +48,18 @@ impl Rig {
     }
 
     pub async fn start_with(profile: &str, options: RestOptions) -> Rig {
+        let profile = Profile::builtin(profile_static(profile)).unwrap();
+        Self::start_profile(profile, options).await
+    }
+
+    /// A server on any profile (a file's, not only a built-in one).
+    pub async fn start_profile(profile: Profile, options: RestOptions) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let profile = profile_static(profile);
-        let (sim, service) = tokio::task::spawn_blocking(move || service_on(profile, &state))
-            .await
-            .unwrap();
+        let (sim, service) =
+            tokio::task::spawn_blocking(move || service_on_profile(profile, &state))
+                .await
+                .unwrap();
         let socket = dir.path().join("api.sock");
         let router = rest::router(service.clone(), options);
         let (stop, rx) = oneshot::channel();
