@@ -22,6 +22,7 @@ fn mig_layout(profile: &str, count: u32) -> Layout {
             count,
         }],
         amd: None,
+        mig: None,
     }
 }
 
@@ -214,6 +215,7 @@ fn amd_layout(compute: &str, memory: &str, vfs: Option<u32>, slices: u32) -> Lay
             memory: memory.into(),
             vfs,
         }),
+        mig: None,
     }
 }
 

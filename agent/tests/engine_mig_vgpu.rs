@@ -193,6 +193,7 @@ fn allocations_and_layouts_take_mig_backed_types_by_name() {
                 },
             ],
             amd: None,
+            mig: None,
         }])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
@@ -375,6 +376,7 @@ fn layout(gpu: &str, entries: &[(&str, u32)]) -> Layout {
             })
             .collect(),
         amd: None,
+        mig: None,
     }
 }
 
@@ -439,6 +441,39 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
     assert!(err.to_string().contains("MIG mode on"), "{err}");
     assert_eq!(e.layouts().layouts, before);
     assert_eq!(mode(&h, H200B), (false, false));
+}
+
+#[test]
+fn a_layout_can_set_mig_mode_without_slices_and_must_agree_with_them() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let with_mode = |entries: &[(&str, u32)], mig: bool| Layout {
+        mig: Some(mig),
+        ..layout(H200, entries)
+    };
+    // An empty layout with `mig: true` (mig-parted's `mig-enabled: true` with no devices).
+    let view = e.set_layouts(vec![with_mode(&[], true)]).unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_eq!(mode(&h, H200), (true, true));
+    // mig-parted's `all-disabled` turns it off again.
+    let yaml = "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n";
+    let off = agent::engine::import::mig_parted_layouts(yaml, "all-disabled").unwrap();
+    let view = e.set_layouts(off).unwrap();
+    assert!(
+        view.status.iter().all(|s| s.state == LayoutState::Applied),
+        "{view:?}"
+    );
+    assert_eq!(mode(&h, H200), (false, false));
+    // A declared mode the slices contradict is refused before anything is touched.
+    let before = e.layouts().layouts;
+    let err = e
+        .set_layouts(vec![with_mode(&[("NVIDIA H200X-1-18C", 1)], false)])
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_request", "{err}");
+    assert!(err.to_string().contains("layout sets it off"), "{err}");
+    assert_eq!(e.layouts().layouts, before);
+    assert_eq!(mode(&h, H200), (false, false));
 }
 
 #[test]

@@ -168,6 +168,36 @@ async fn slices_on_a_virtual_mdev_parent_are_named_by_the_parent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mig_backed_vgpu_takes_its_gpu_instance_at_the_start_asked() {
+    const H200: &str = "0000:18:00.0";
+    let rig = Rig::start("hgx-h200").await;
+    rig.sim.set_mig_mode(H200.parse().unwrap(), true).unwrap();
+    let kind = json!({"backend": "nvidia-vfio", "vgpu_type": 1414, "start": 3});
+    let made = rig
+        .post("/v1/slices", json!({"gpu": H200, "kind": kind}))
+        .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let slice = made.json();
+    assert_eq!(slice["kind"], kind);
+    assert!(slice["gpu_instance_id"].is_u64(), "{slice}");
+    let out_of_range = rig
+        .post(
+            "/v1/slices",
+            json!({"gpu": H200, "kind": {"backend": "nvidia-vfio", "vgpu_type": 1414, "start": 8}}),
+        )
+        .await;
+    assert_eq!(out_of_range.status, 422, "{}", out_of_range.text());
+    let taken = rig
+        .post("/v1/slices", json!({"gpu": H200, "kind": kind}))
+        .await;
+    assert_eq!(taken.status, 409, "{}", taken.text());
+    assert_eq!(
+        rig.get("/v1/slices").await.json().as_array().unwrap().len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocations_with_idempotency() {
     let rig = Rig::start("dgx-a100").await;
     let body = json!({"consumer": "nova", "vm": "vm-1", "request": {"type": "3g.40gb", "count": 2, "gpu": A100}});

@@ -66,8 +66,9 @@ fn pci_id(filter: &str) -> Result<String> {
     Ok(format!("{}:{}", &lower[4..], &lower[..4]))
 }
 
-/// The layouts of one named configuration of a mig-parted file (`version: v1`). A config with
-/// `mig-enabled: false` becomes a layout with no slices (vgpud does not change MIG modes).
+/// The layouts of one named configuration of a mig-parted file (`version: v1`). `mig-enabled`
+/// becomes the layout's MIG mode: `false` is a layout with no slices that turns MIG off (once the
+/// GPU carries nothing; vgpud never resets a GPU).
 pub fn mig_parted_layouts(yaml: &str, config: &str) -> Result<Vec<Layout>> {
     let doc: MigParted = serde_norway::from_str(yaml)
         .map_err(|e| EngineError::InvalidRequest(format!("not a mig-parted config: {e}")))?;
@@ -127,6 +128,7 @@ fn entry_layout(config: &str, i: usize, e: &MigPartedEntry) -> Result<Layout> {
         },
         slices,
         amd: None,
+        mig: Some(e.mig_enabled),
     })
 }
 
@@ -317,11 +319,10 @@ mig-configs:
         let c = mig_parted_layouts(YAML, "custom").unwrap();
         assert_eq!(c[0].selector.indices, vec![0, 1]);
         assert_eq!(c[0].selector.pci_ids, vec!["10de:20b2".to_owned()]);
-        assert!(
-            mig_parted_layouts(YAML, "all-disabled").unwrap()[0]
-                .slices
-                .is_empty()
-        );
+        let off = &mig_parted_layouts(YAML, "all-disabled").unwrap()[0];
+        assert!(off.slices.is_empty());
+        assert_eq!(off.mig, Some(false));
+        assert_eq!(l[0].mig, Some(true));
         assert_eq!(
             mig_parted_layouts(YAML, "nope").unwrap_err().code(),
             "not_found"

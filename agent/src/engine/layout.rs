@@ -38,6 +38,11 @@ pub struct Layout {
     /// AMD partition modes and VF count the selected GPUs are set to before their slices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amd: Option<AmdPartition>,
+    /// The MIG mode the selected GPUs must be in. Absent: whatever the slices need (on for MIG
+    /// slices and MIG-backed vGPU types, off for time-sliced types and whole GPUs, unchanged for
+    /// none); given, it must agree with them. mig-parted's `mig-enabled` becomes this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<bool>,
 }
 
 /// An AMD GPU's compute and memory partition modes and how many VFs to enable in them.
@@ -298,7 +303,7 @@ impl Engine {
                         }
                     }
                 }
-                self.wanted_mig_mode(dev.address, &kinds)
+                self.wanted_mig_mode(dev.address, &kinds, l.mig)
                     .map_err(|e| match e {
                         EngineError::InvalidRequest(why) => {
                             EngineError::InvalidRequest(format!("layout {}: {why}", l.name))
@@ -367,7 +372,7 @@ impl Engine {
             .filter(|(_, n)| *n > 0)
             .map(|(k, _)| k.clone())
             .collect();
-        let mig = match self.wanted_mig_mode(gpu, &kinds) {
+        let mig = match self.wanted_mig_mode(gpu, &kinds, layout.mig) {
             Ok(m) => m,
             Err(e) => {
                 failed.push(chain(&e));
@@ -702,9 +707,35 @@ enum ModeStep {
 
 impl Engine {
     /// The MIG mode the kinds need: on for MIG slices and MIG-backed vGPU types, off for
-    /// time-sliced vGPU types and the whole GPU, `None` when they do not care. Both at once is
-    /// `invalid_request`.
-    fn wanted_mig_mode(&self, gpu: PciAddress, kinds: &[SliceKind]) -> Result<Option<bool>> {
+    /// time-sliced vGPU types and the whole GPU, `None` when they do not care; `declared` (the
+    /// layout's `mig`) decides when they do not care and must agree when they do. Both at once
+    /// is `invalid_request`.
+    fn wanted_mig_mode(
+        &self,
+        gpu: PciAddress,
+        kinds: &[SliceKind],
+        declared: Option<bool>,
+    ) -> Result<Option<bool>> {
+        let needed = self.mig_mode_needed(gpu, kinds)?;
+        match (needed, declared) {
+            (Some((need, why)), Some(said)) if need != said => {
+                Err(EngineError::InvalidRequest(format!(
+                    "GPU {gpu}: {why} needs MIG mode {}, but the layout sets it {}",
+                    on_off(need),
+                    on_off(said)
+                )))
+            }
+            (Some((need, _)), _) => Ok(Some(need)),
+            (None, said) => Ok(said),
+        }
+    }
+
+    /// What the kinds need of MIG mode, with the kind that needs it.
+    fn mig_mode_needed(
+        &self,
+        gpu: PciAddress,
+        kinds: &[SliceKind],
+    ) -> Result<Option<(bool, String)>> {
         let (mut on, mut off) = (None, None);
         for kind in kinds {
             let needs_on = match kind {
@@ -722,8 +753,8 @@ impl Engine {
             (Some(a), Some(b)) => Err(EngineError::InvalidRequest(format!(
                 "GPU {gpu}: {a} needs MIG mode on and {b} needs it off; one GPU cannot carry both"
             ))),
-            (Some(_), None) => Ok(Some(true)),
-            (None, Some(_)) => Ok(Some(false)),
+            (Some(a), None) => Ok(Some((true, a))),
+            (None, Some(b)) => Ok(Some((false, b))),
             (None, None) => Ok(None),
         }
     }
@@ -808,4 +839,8 @@ impl Engine {
             .map(|s| super::reconcile::describe(gpu, s))
             .collect()
     }
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
 }

@@ -130,7 +130,7 @@ impl ManagerObject {
     /// Creates a slice on `gpu` (a GPU's PCI address, or the name of an mdev parent that is not a
     /// PCI device, such as `mtty`). `backend` is `mdev`, `nvidia-vfio`, `sriov-vf`, `mig` or `passthrough`;
     /// `type` the mdev type id, vGPU type id or MIG profile (empty for the other two). Options:
-    /// `start` (u, MIG placement), `consumer` and `vm` (s, hand the slice over at once).
+    /// `start` (u, MIG placement, also of a MIG-backed vGPU type's GPU instance), `consumer` and `vm` (s, hand the slice over at once).
     /// Needs `io.vgpud.manage`.
     async fn create_slice(
         &self,
@@ -658,7 +658,7 @@ fn create_request(
             needs_type("a vGPU type id")?;
             SliceKind::NvidiaVfio {
                 vgpu_type: slice_type.parse().map_err(invalid)?,
-                start: None,
+                start,
             }
         }
         "mig" => {
@@ -683,9 +683,9 @@ fn create_request(
             )));
         }
     };
-    if start.is_some() && !matches!(kind, SliceKind::Mig { .. }) {
+    if start.is_some() && !matches!(kind, SliceKind::Mig { .. } | SliceKind::NvidiaVfio { .. }) {
         return Err(DbusError::invalid(
-            "option \"start\" is for MIG slices only",
+            "option \"start\" is for MIG slices and MIG-backed vGPU types only",
         ));
     }
     let owner = match (consumer, vm) {
@@ -762,6 +762,14 @@ mod tests {
             on_parent.spec.gpu,
             DeviceRef::MdevParent("mtty".parse().unwrap())
         );
+        let mig_vgpu = create_request(
+            "0000:07:00.0",
+            "nvidia-vfio",
+            "1414",
+            opts(&[("start", Variant::from(2u32))]),
+        )
+        .unwrap();
+        assert_eq!(mig_vgpu.spec.kind.start(), Some(2));
         let on_gpu = create_request("0000:07:00.0", "sriov-vf", "", opts(&[])).unwrap();
         assert_eq!(on_gpu.spec.gpu.pci(), Some("0000:07:00.0".parse().unwrap()));
         for bad in ["../mtty", "mt ty", ""] {

@@ -106,6 +106,10 @@ pub struct Layout {
     /// AMD GPUs: the partition modes to set (and how many VFs to enable) before the slices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amd: Option<AmdPartition>,
+    /// NVIDIA GPUs: the MIG mode to be in. Absent: what the slices need; given, it must agree
+    /// with them. vgpud changes it only while the GPU carries nothing, and never resets a GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<bool>,
 }
 
 /// An AMD GPU's partition modes and VF count, set by a layout (VFs are disabled while the modes
@@ -194,6 +198,7 @@ impl LayoutsRequest {
                     selector: selector(&at, &l.selector)?,
                     slices: entries(&at, &l.slices)?,
                     amd: l.amd.as_ref().map(|a| a.to_engine(&at)).transpose()?,
+                    mig: l.mig,
                 })
             })
             .collect()
@@ -304,6 +309,7 @@ impl From<&engine::Layout> for Layout {
                 memory: a.memory.clone(),
                 vfs: a.vfs,
             }),
+            mig: l.mig,
         }
     }
 }
@@ -475,6 +481,7 @@ mod tests {
             selector: engine::GpuSelector::default(),
             slices: vec![],
             amd: None,
+            mig: None,
         }];
         let mut b = a.clone();
         assert_eq!(etag_of(&a), etag_of(&b));

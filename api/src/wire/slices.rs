@@ -31,6 +31,15 @@ pub enum SliceKind {
         #[schema(minimum = 1, maximum = 4294967295_u64)]
         #[serde(deserialize_with = "super::int::u32")]
         vgpu_type: u32,
+        /// A MIG-backed type: the start slot of the GPU instance it takes; absent: vgpud
+        /// chooses. A time-sliced type takes none.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "super::int::opt_u32"
+        )]
+        #[schema(minimum = 0, maximum = 7)]
+        start: Option<u32>,
     },
     // Empty struct variants, not unit ones: serde ignores unknown fields next to the tag of a
     // unit variant.
@@ -75,24 +84,17 @@ impl SliceKind {
                     type_id: canonical("kind.type_id", type_id, "an mdev type id")?,
                 }
             }
-            SliceKind::NvidiaVfio { vgpu_type } => engine::SliceKind::NvidiaVfio {
+            SliceKind::NvidiaVfio { vgpu_type, start } => engine::SliceKind::NvidiaVfio {
                 vgpu_type: ids::VgpuTypeId::new(*vgpu_type).ok_or_else(|| {
                     ApiError::Unprocessable("kind.vgpu_type: 0 is not a vGPU type".into())
                 })?,
-                start: None,
+                start: check_start(*start)?,
             },
             SliceKind::SriovVf {} => engine::SliceKind::SriovVf,
-            SliceKind::Mig { profile, start } => {
-                if start.is_some_and(|s| s > MAX_MIG_START) {
-                    return Err(ApiError::Unprocessable(format!(
-                        "kind.start: must be at most {MAX_MIG_START}"
-                    )));
-                }
-                engine::SliceKind::Mig {
-                    profile: canonical("kind.profile", profile, "a MIG profile name")?,
-                    start: *start,
-                }
-            }
+            SliceKind::Mig { profile, start } => engine::SliceKind::Mig {
+                profile: canonical("kind.profile", profile, "a MIG profile name")?,
+                start: check_start(*start)?,
+            },
             SliceKind::Passthrough {} => engine::SliceKind::Passthrough,
         })
     }
@@ -104,8 +106,9 @@ impl From<&engine::SliceKind> for SliceKind {
             engine::SliceKind::Mdev { type_id } => SliceKind::Mdev {
                 type_id: type_id.to_string(),
             },
-            engine::SliceKind::NvidiaVfio { vgpu_type, .. } => SliceKind::NvidiaVfio {
+            engine::SliceKind::NvidiaVfio { vgpu_type, start } => SliceKind::NvidiaVfio {
                 vgpu_type: vgpu_type.get(),
+                start: *start,
             },
             engine::SliceKind::SriovVf => SliceKind::SriovVf {},
             engine::SliceKind::Mig { profile, start } => SliceKind::Mig {
@@ -114,6 +117,16 @@ impl From<&engine::SliceKind> for SliceKind {
             },
             engine::SliceKind::Passthrough => SliceKind::Passthrough {},
         }
+    }
+}
+
+/// A MIG start slot, as the schema bounds it.
+fn check_start(start: Option<u32>) -> Result<Option<u32>, ApiError> {
+    match start {
+        Some(s) if s > MAX_MIG_START => Err(ApiError::Unprocessable(format!(
+            "kind.start: must be at most {MAX_MIG_START}"
+        ))),
+        _ => Ok(start),
     }
 }
 
