@@ -172,6 +172,18 @@ async fn a_mig_backed_vgpu_takes_its_gpu_instance_at_the_start_asked() {
     const H200: &str = "0000:18:00.0";
     let rig = Rig::start("hgx-h200").await;
     rig.sim.set_mig_mode(H200.parse().unwrap(), true).unwrap();
+    let creatable = |gpu: &serde_json::Value, t: &str| {
+        gpu["capacity"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .unwrap_or_else(|| panic!("{t} not offered: {gpu}"))["creatable"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = rig.get(&format!("/v1/gpus/{H200}")).await.json();
+    assert_eq!(creatable(&before, "NVIDIA H200X-1-18C"), 7, "{before}");
     let kind = json!({"backend": "nvidia-vfio", "vgpu_type": 1414, "start": 3});
     let made = rig
         .post("/v1/slices", json!({"gpu": H200, "kind": kind}))
@@ -180,6 +192,8 @@ async fn a_mig_backed_vgpu_takes_its_gpu_instance_at_the_start_asked() {
     let slice = made.json();
     assert_eq!(slice["kind"], kind);
     assert!(slice["gpu_instance_id"].is_u64(), "{slice}");
+    let after = rig.get(&format!("/v1/gpus/{H200}")).await.json();
+    assert_eq!(creatable(&after, "NVIDIA H200X-1-18C"), 6, "{after}");
     let out_of_range = rig
         .post(
             "/v1/slices",

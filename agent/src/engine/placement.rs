@@ -420,6 +420,13 @@ fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
     let mut names: Vec<String> = Vec::new();
     if let Some(m) = g.mig.as_ref().filter(|m| m.enabled) {
         names.extend(m.profiles.iter().map(|p| p.name.clone()));
+        // MIG-backed vendor-VFIO types live inside GPU instances: offered only in MIG mode.
+        names.extend(
+            g.vgpu_types
+                .iter()
+                .filter(|t| t.gpu_instance_profile_id.is_some())
+                .map(|t| t.name.clone()),
+        );
     }
     names.extend(g.mdev_types.iter().map(|t| t.id.to_string()));
     if snapshot::main_mode(g) == BackendKind::NvidiaVfio {
