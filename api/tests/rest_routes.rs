@@ -533,14 +533,3 @@ async fn mutations_need_an_identified_caller() {
     assert_eq!(write.error_code(), "unauthenticated");
     assert!(service.allocations().is_empty());
 }
-
-#[test]
-fn host_wire_form_is_the_inventory_json_on_every_builtin_host() {
-    for name in sim::Profile::builtin_names() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_sim, service) = rest_common::service_on(name, dir.path());
-        let inv = service.host();
-        let wire = serde_json::to_value(api::wire::inventory::Host::from(&inv)).unwrap();
-        assert_eq!(wire, serde_json::to_value(&inv).unwrap(), "{name}");
-    }
-}

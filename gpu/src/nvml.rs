@@ -219,6 +219,8 @@ pub struct Telemetry {
 
 /// A vGPU type the GPU supports (`nvmlVgpuTypeGet*`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = VgpuType))]
 pub struct VgpuTypeInfo {
     /// Type id.
     pub id: VgpuTypeId,

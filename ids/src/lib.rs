@@ -10,6 +10,8 @@ mod iommu;
 mod mdev;
 mod mig;
 mod numa;
+#[cfg(feature = "openapi")]
+mod openapi;
 mod pci;
 mod vgpu;
 

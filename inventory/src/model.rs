@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 /// Everything discovered about a host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Host))]
 pub struct HostInventory {
     /// The host's name.
     pub hostname: String,
@@ -27,6 +29,8 @@ pub struct HostInventory {
 
 /// A NUMA node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = NumaNode))]
 pub struct NumaNodeInfo {
     /// Node id.
     pub id: NumaNodeId,
@@ -44,6 +48,7 @@ pub struct NumaNodeInfo {
 
 /// GPU vendor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Vendor {
     /// NVIDIA.
@@ -58,6 +63,7 @@ pub enum Vendor {
 
 /// How the GPU's NUMA node was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum NumaSource {
     /// The device's own `numa_node`.
@@ -72,6 +78,7 @@ pub enum NumaSource {
 
 /// One GPU with what it can be sliced into and the slices it carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Gpu {
     /// PCI address of the physical function.
     pub pci_address: PciAddress,
@@ -119,6 +126,8 @@ pub struct Gpu {
 
 /// PCIe link speed and width.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = PcieLink))]
 pub struct PcieLinkInfo {
     /// Current speed in GT/s.
     pub current_speed_gts: Option<f32>,
@@ -132,6 +141,8 @@ pub struct PcieLinkInfo {
 
 /// MIG state of a GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Mig))]
 pub struct MigInfo {
     /// MIG is enabled now.
     pub enabled: bool,
@@ -145,6 +156,8 @@ pub struct MigInfo {
 
 /// One GPU-instance profile and where it may go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = MigProfile))]
 pub struct MigProfileInfo {
     /// Profile name, e.g. `3g.40gb`.
     pub name: String,
@@ -164,6 +177,8 @@ pub struct MigProfileInfo {
 
 /// A placement on the memory-slice axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Placement))]
 pub struct PlacementInfo {
     /// First memory slice.
     pub start: u32,
@@ -173,6 +188,8 @@ pub struct PlacementInfo {
 
 /// A GPU instance and its compute instances.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = MigInstance))]
 pub struct MigInstanceInfo {
     /// GPU instance id.
     pub gpu_instance_id: u32,
@@ -186,6 +203,8 @@ pub struct MigInstanceInfo {
 
 /// An mdev type of a parent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = MdevType))]
 pub struct MdevTypeInfo {
     /// Type id, e.g. `nvidia-222`.
     pub id: MdevTypeId,
@@ -203,6 +222,8 @@ pub struct MdevTypeInfo {
 
 /// An mdev parent that is not a GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = MdevParent))]
 pub struct MdevParentInfo {
     /// Parent name under `/sys/class/mdev_bus`.
     pub name: MdevParentName,
@@ -214,6 +235,8 @@ pub struct MdevParentInfo {
 
 /// SR-IOV capability of a GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Sriov))]
 pub struct SriovInfo {
     /// Most VFs.
     pub total_vfs: u32,
@@ -225,6 +248,8 @@ pub struct SriovInfo {
 
 /// A virtual function.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Vf))]
 pub struct VfInfo {
     /// PCI address.
     pub pci_address: PciAddress,
@@ -240,6 +265,7 @@ pub struct VfInfo {
 
 /// A vGPU type id with its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VgpuTypeRef {
     /// Type id.
     pub id: VgpuTypeId,
@@ -252,6 +278,8 @@ pub use gpu::VgpuTypeInfo;
 
 /// AMD partitioning and VFs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Amd))]
 pub struct AmdInfo {
     /// Compute partition mode.
     pub compute_partition: Option<String>,
@@ -269,6 +297,7 @@ pub struct AmdInfo {
 
 /// A slice present on the host, whoever created it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum ExistingSlice {
     /// A mediated device.
@@ -310,6 +339,8 @@ pub enum ExistingSlice {
 
 /// A PCI function, as listed by `lspci`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = PciDevice))]
 pub struct PciDeviceInfo {
     /// Address.
     pub pci_address: PciAddress,
@@ -331,6 +362,7 @@ pub struct PciDeviceInfo {
 
 /// Vendor library status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VendorLibraries {
     /// NVML.
     pub nvml: LibraryStatus,
@@ -340,6 +372,7 @@ pub struct VendorLibraries {
 
 /// Whether a vendor library is in use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LibraryStatus {
     /// In use.
     pub available: bool,

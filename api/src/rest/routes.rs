@@ -90,7 +90,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 async fn get_host(State(st): State<AppState>) -> Result<Json<Host>, ApiError> {
     let service = st.service.clone();
     let inv = blocking_ok(move || service.host()).await?;
-    Ok(Json(Host::from(&inv)))
+    Ok(Json(inv))
 }
 
 /// Every GPU of the host.
@@ -99,7 +99,7 @@ async fn get_host(State(st): State<AppState>) -> Result<Json<Host>, ApiError> {
 async fn list_gpus(State(st): State<AppState>) -> Result<Json<Vec<Gpu>>, ApiError> {
     let service = st.service.clone();
     let inv = blocking_ok(move || service.host()).await?;
-    Ok(Json(inv.gpus.iter().map(Gpu::from).collect()))
+    Ok(Json(inv.gpus))
 }
 
 /// One GPU, by canonical PCI address, with its health, utilisation and, for each slice type it
