@@ -56,6 +56,15 @@ schema!(MdevParentName, text(None, "0000:07:00.0"));
 schema!(MigProfileName, text(None, "3g.40gb"));
 schema!(PciVendorId, text(Some(r"^[0-9a-f]{4}$"), "10de"));
 schema!(PciDeviceId, text(Some(r"^[0-9a-f]{4}$"), "2335"));
-schema!(NumaNodeId, whole(KnownFormat::Int32, 0, u64::from(u16::MAX)));
-schema!(IommuGroupId, whole(KnownFormat::Int32, 0, u64::from(u32::MAX)));
-schema!(VgpuTypeId, whole(KnownFormat::Int32, 1, u64::from(u32::MAX)));
+schema!(
+    NumaNodeId,
+    whole(KnownFormat::Int32, 0, u64::from(u16::MAX))
+);
+schema!(
+    IommuGroupId,
+    whole(KnownFormat::Int32, 0, u64::from(u32::MAX))
+);
+schema!(
+    VgpuTypeId,
+    whole(KnownFormat::Int32, 1, u64::from(u32::MAX))
+);
