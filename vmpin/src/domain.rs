@@ -315,7 +315,7 @@ impl DomainXml {
         for s in slices {
             record.push(slice_record(&prefix, s));
         }
-        let controllers = self.add_devices(slices, plan.expander_bus);
+        let controllers = self.add_devices(slices, plan);
         for index in controllers {
             record.push(
                 Element::new(&qname(&prefix, "controller")).with_attr("index", &index.to_string()),
@@ -445,13 +445,18 @@ impl DomainXml {
         out
     }
 
-    /// The hostdev element for `device` as the definition has it, for hot-(un)plug.
+    /// The hostdev element for `device`, for hot-(un)plug: as the definition has it, without its
+    /// guest `<address>`. That address is where the device sits from the next start; it may be
+    /// behind a controller the running guest does not have yet (an expander bus added with it),
+    /// so libvirt picks a free hot-pluggable slot now, and finds the device by its source when
+    /// detaching.
     pub fn hostdev_xml(&self, device: &SliceDevice) -> Option<String> {
         self.devices()?
             .elements()
             .find(|e| hostdev_matches(e, device))
             .map(|e| {
                 let mut e = e.clone();
+                e.remove_where(|c| c.name() == "address");
                 e.indent(0);
                 e.to_xml()
             })
@@ -469,7 +474,11 @@ impl DomainXml {
 
     /// Adds hostdevs; with expander buses, one `pcie-expander-bus` per node and one root port per
     /// device. Returns the controller indexes added.
-    fn add_devices(&mut self, slices: &[Slice], expander: bool) -> Vec<u32> {
+    ///
+    /// An expander's `<node>` is a *guest* NUMA cell (libvirt refuses one missing from
+    /// `<cpu><numa>`): the cell mirroring the slice's host node, and none when the plan gives the
+    /// guest no cells (one node: there is no locality to show).
+    fn add_devices(&mut self, slices: &[Slice], plan: &PinPlan) -> Vec<u32> {
         let mut added = Vec::new();
         let mut next_index = self
             .devices()
@@ -487,16 +496,18 @@ impl DomainXml {
         let devices = self.devices_mut();
         for s in slices {
             let mut hostdev = hostdev_element(&s.device);
-            if expander {
+            if plan.expander_bus {
                 let (bus, slot) = bus_of_node.entry(s.node).or_insert_with(|| {
-                    let pxb = Element::new("controller")
+                    let mut pxb = Element::new("controller")
                         .with_attr("type", "pci")
                         .with_attr("index", &next_index.to_string())
-                        .with_attr("model", "pcie-expander-bus")
-                        .with_child(
+                        .with_attr("model", "pcie-expander-bus");
+                    if let Some(cell) = plan.guest_cells.iter().find(|c| c.host_node == s.node) {
+                        pxb.push(
                             Element::new("target")
-                                .with_child(Element::new("node").with_text(&s.node.to_string())),
+                                .with_child(Element::new("node").with_text(&cell.id.to_string())),
                         );
+                    }
                     devices.append_indented(pxb, 1);
                     added.push(next_index);
                     next_index += 1;

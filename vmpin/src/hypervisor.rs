@@ -638,8 +638,23 @@ fn repin_live(
             memory.mode.as_str()
         ));
     }
+    // libvirt 9.0 changes the nodeset of a running domain that has a <numatune> only in mode
+    // restrictive: after a release left the binding in place, binding to the same nodes again
+    // would be refused although nothing changes.
+    let nodeset = memory.nodeset();
+    let live_nodes = current
+        .node_set
+        .as_deref()
+        .and_then(|s| s.parse::<CpuSet>().ok());
+    if live_nodes.is_some() && live_nodes == nodeset.parse::<CpuSet>().ok() {
+        live.push(LiveAction {
+            what: format!("memory already bound to node {nodeset}"),
+            error: None,
+        });
+        return Ok(());
+    }
     let params = NUMAParameters {
-        node_set: Some(memory.nodeset()),
+        node_set: Some(nodeset),
         mode: None,
     };
     let r = d.set_numa_parameters(params, virt::sys::VIR_DOMAIN_AFFECT_LIVE);

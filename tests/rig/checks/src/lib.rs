@@ -8,6 +8,7 @@
 //! kernel's.
 
 pub mod engine_phases;
+pub mod libvirt_phase;
 mod scenarios;
 
 use std::collections::BTreeMap;
@@ -61,6 +62,11 @@ impl Report {
                 c.detail
             );
         }
+        self.print_summary(label);
+    }
+
+    /// Prints the summary line only (for a run that printed its checks as they happened).
+    pub fn print_summary(&self, label: &str) {
         println!(
             "{label}: {} passed, {} failed",
             self.checks.len() - self.failures(),

@@ -1,6 +1,7 @@
 //! `rig-checks kernel` runs the scenarios on the host it runs on (the rig's guest) and prints the
 //! checks, the summary and one `RIG-OBSERVATIONS <json>` line. `rig-checks sim --profile FILE
 //! --kernel OBSERVATIONS` runs them on the simulator and compares with the kernel's.
+//! `rig-checks libvirt --nested-kernel FILE` pins a nested guest through a real libvirtd.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -36,8 +37,9 @@ fn run(args: Vec<String>) -> anyhow::Result<bool> {
         ["inventory", "--console", console] => inventory(console),
         ["engine", phase @ ("create" | "verify"), "--state-dir", dir] => engine(phase, dir),
         ["sim", "--profile", profile, "--kernel", observations] => compare(profile, observations),
+        ["libvirt", "--nested-kernel", kernel] => libvirt(kernel),
         _ => anyhow::bail!(
-            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS"
+            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE"
         ),
     }
 }
@@ -53,6 +55,15 @@ fn engine(phase: &str, dir: &str) -> anyhow::Result<bool> {
         _ => rig_checks::engine_phases::verify(&fs, pf, dir, &mut report)?,
     }
     report.print("kernel");
+    Ok(report.failures() == 0)
+}
+
+/// Runs the libvirt phase on the host it runs on (the rig's guest, chrooted with libvirt set up).
+fn libvirt(kernel: &str) -> anyhow::Result<bool> {
+    let fs = sysfs::RealSysfs::host();
+    let mut report = rig_checks::Report::default();
+    rig_checks::libvirt_phase::run(&fs, std::path::Path::new(kernel), &mut report)?;
+    report.print_summary("libvirt");
     Ok(report.failures() == 0)
 }
 
