@@ -72,6 +72,29 @@ pub(super) fn placements(
         .map_err(|e| host.nvml_err(format!("cannot list MIG placements on {gpu}"), gpu, e))
 }
 
+/// An explicit start slot must be one of the profile's placements (`what` names the profile in
+/// the refusal).
+pub(super) fn check_start(
+    host: &Host,
+    gpu: PciAddress,
+    profile: u32,
+    start: Option<u32>,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    let Some(s) = start else { return Ok(()) };
+    let (_, index) = mig_gpu(host, gpu)?;
+    if placements(host, gpu, index, profile)?
+        .iter()
+        .any(|p| p.start == s)
+    {
+        return Ok(());
+    }
+    Err(EngineError::InvalidRequest(format!(
+        "{} cannot start at slot {s} on GPU {gpu}",
+        what()
+    )))
+}
+
 pub(super) fn instances(host: &Host, gpu: PciAddress, index: u32) -> Result<Vec<GpuInstance>> {
     host.nvml()?
         .gpu_instances(index)
@@ -279,19 +302,9 @@ impl Backend for MigBackend {
         let gpu = spec.pci()?;
         let (name, start) = spec_parts(spec)?;
         let profile = profile_by_name(host, gpu, name)?;
-        if let Some(s) = start {
-            let (_, index) = mig_gpu(host, gpu)?;
-            if !placements(host, gpu, index, profile.id)?
-                .iter()
-                .any(|p| p.start == s)
-            {
-                return Err(EngineError::InvalidRequest(format!(
-                    "MIG profile {name} cannot start at slot {s} on GPU {}",
-                    gpu
-                )));
-            }
-        }
-        Ok(())
+        check_start(host, gpu, profile.id, start, || {
+            format!("MIG profile {name}")
+        })
     }
 
     fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {

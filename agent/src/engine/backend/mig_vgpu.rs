@@ -13,7 +13,9 @@
 use gpu::{GpuInstance, GpuInstanceProfile, NvmlCode, Placement};
 use ids::{MigProfileName, PciAddress, VgpuTypeId};
 
-use super::mig::{at_start, cis, instances, mig_gpu, placements, plan_start, profile_by_name};
+use super::mig::{
+    at_start, check_start, cis, instances, mig_gpu, placements, plan_start, profile_by_name,
+};
 use super::nvidia_vfio::{
     current, free_vfs, remove_type, type_infos, vf_handles, vfio_dev, write_type,
 };
@@ -69,19 +71,9 @@ pub(super) fn validate(
     start: Option<u32>,
 ) -> Result<()> {
     let p = profile_by_id(host, gpu, ty, profile)?;
-    if let Some(s) = start {
-        let (_, index) = mig_gpu(host, gpu)?;
-        if !placements(host, gpu, index, p.id)?
-            .iter()
-            .any(|pl| pl.start == s)
-        {
-            return Err(EngineError::InvalidRequest(format!(
-                "the GPU instance of vGPU type {ty} ({}) cannot start at slot {s} on GPU {gpu}",
-                p.name
-            )));
-        }
-    }
-    Ok(())
+    check_start(host, gpu, p.id, start, || {
+        format!("the GPU instance of vGPU type {ty} ({})", p.name)
+    })
 }
 
 /// A free VF and a free placement (explicit, or the scheduler's) for the GPU instance.
