@@ -14,7 +14,9 @@
 //! `virt`'s plain `attach_device` reports success when libvirt refused), vCPUs and the emulator
 //! are re-pinned, and the memory nodeset is changed through the NUMA parameters. Guest NUMA cells,
 //! expander buses, a memory *mode* change, and anything libvirt refused live, take effect at the
-//! next guest start: the report lists them.
+//! next guest start: the report lists them. A hot-unplug needs the guest's acknowledgement:
+//! libvirt waits a few seconds for it and reports success either way, so the device may leave
+//! the running domain's XML after `release` returned.
 
 use std::sync::{Mutex, MutexGuard};
 
