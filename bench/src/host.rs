@@ -1,6 +1,8 @@
 //! One host as a loss system: an 8-GPU H200 host in MIG mode, requests and lifetimes drawn
 //! from the trace's GPU-sharing pods, Poisson arrivals at a given offered load, no queue.
 
+use std::collections::HashMap;
+
 use ids::{NumaNodeId, PciAddress};
 use sched::{
     GpuMode, GpuState, MigGeometry, NumaPolicy, NumaState, Policy, Request, SliceChoice,
@@ -157,6 +159,20 @@ fn repack_fits(host: &Snapshot, live: &[ids::MigProfileName], extra: &ids::MigPr
     true
 }
 
+/// Sets each live slice's age (`now` minus its arrival time) in the snapshot, as the engine
+/// reports the age of the slices it created.
+fn set_ages(host: &mut Snapshot, arrived: &HashMap<String, f64>, now: f64) {
+    for g in &mut host.gpus {
+        if let GpuMode::Mig { instances, .. } = &mut g.mode {
+            for i in instances {
+                i.occupant.age_s = arrived
+                    .get(&i.occupant.consumer)
+                    .map(|t| (now - t).max(0.0) as u64);
+            }
+        }
+    }
+}
+
 /// Runs `arrivals` requests at offered `load` (of the host's memory slices) with `policy`.
 pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: u64) -> HostResult {
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -169,6 +185,7 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
     let mut now = 0.0;
     // Live slices: (end time, request, decision).
     let mut live: Vec<(f64, Request, sched::Decision)> = Vec::new();
+    let mut arrived: HashMap<String, f64> = HashMap::new();
     let mut res = HostResult::default();
     let warmup = arrivals / 10;
     for n in 0..arrivals + warmup {
@@ -177,6 +194,7 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
         while live.first().is_some_and(|(end, _, _)| *end <= now) {
             let (_, r, d) = live.remove(0);
             host.release(&r, &d);
+            arrived.remove(&r.consumer);
         }
         let Some(s) = samples.get(rng.usize(..samples.len().max(1))) else {
             break;
@@ -191,6 +209,7 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
             res.offered += 1;
             res.offered_slices += u64::from(s.slices);
         }
+        set_ages(&mut host, &arrived, now);
         match decide(&host, &req, policy) {
             Ok(d) => {
                 if counted {
@@ -204,6 +223,7 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
                     );
                 }
                 host.commit(&req, &d);
+                arrived.insert(req.consumer.clone(), now);
                 live.push((now + s.lifetime, req, d));
             }
             Err(r) => {

@@ -66,6 +66,10 @@ enum Cmd {
         /// Seeds, `A-B` or `A,B,C`: the lifetimes are heavy-tailed, so one seed is noisy.
         #[arg(long, default_value = "42-51")]
         seeds: String,
+        /// Policies by name (`first-fit,best-fit,spread,vgpud`), comma-separated, or `all`;
+        /// best-fit always runs, as the paired baseline.
+        #[arg(long, default_value = "all")]
+        policies: String,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -101,6 +105,7 @@ fn sched_host(
     arrivals: u64,
     loads: &str,
     seeds: &str,
+    names: &str,
     json_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let pods = openb::read_pods_with_lifetime(&pods)?;
@@ -113,7 +118,17 @@ fn sched_host(
         .map(|l| l.trim().parse().with_context(|| format!("bad load {l:?}")))
         .collect::<anyhow::Result<_>>()?;
     let seeds = parse_seeds(seeds)?;
-    let policies = host_policies(host::mix(&samples));
+    let mut policies = host_policies(host::mix(&samples));
+    if names != "all" {
+        let wanted: Vec<&str> = names.split(',').map(str::trim).collect();
+        if let Some(bad) = wanted
+            .iter()
+            .find(|w| !policies.iter().any(|p| p.name() == **w))
+        {
+            bail!("unknown policy {bad:?}");
+        }
+        policies.retain(|p| *p == sched::Policy::BestFit || wanted.contains(&p.name()));
+    }
     let jobs: Vec<(usize, f64, u64)> = (0..policies.len())
         .flat_map(|p| {
             let seeds = &seeds;
@@ -417,8 +432,9 @@ fn main() -> anyhow::Result<()> {
             arrivals,
             loads,
             seeds,
+            policies,
             json,
-        } => sched_host(pods, arrivals, &loads, &seeds, json),
+        } => sched_host(pods, arrivals, &loads, &seeds, &policies, json),
         Cmd::SchedLatency {
             live,
             decisions,

@@ -9,8 +9,8 @@ use crate::cap::Cap;
 use crate::error::SchedError;
 use crate::frag::{HostCaps, Workload, host_frag};
 use crate::model::{
-    AffinityRule, AffinityScope, GPU_UNITS, GpuMode, GpuState, LinkPolicy, NumaPolicy, Placement,
-    Request, SliceChoice, SliceRequest, Snapshot,
+    AffinityRule, AffinityScope, GPU_UNITS, GpuMode, GpuState, LinkPolicy, NumaPolicy, Occupant,
+    Placement, Request, SliceChoice, SliceRequest, Snapshot,
 };
 
 /// Weights of the source design's `spread` rule: `utilisation × (1 − occupancy) + locality ×
@@ -84,6 +84,10 @@ pub struct CandidateScore {
     pub free_after: f64,
     /// Mean occupancy of the chosen GPU(s) before placement, 0 to 1.
     pub occupancy: f64,
+    /// Age in seconds of the oldest slice on the chosen GPU (the least such age over a GPU
+    /// set); `None` when no slice there has a known age. The fragmentation-aware policy's
+    /// tie-break between equally fragmenting candidates.
+    pub oldest_age_s: Option<u64>,
     /// The policy's scalar score when it has one (spread), for display.
     pub score: Option<f64>,
     /// Whether this candidate was chosen.
@@ -169,6 +173,7 @@ struct Cand {
     frag_added: Option<f64>,
     free_after: u32,
     occupancy: f64,
+    age: Option<u64>,
     score: Option<f64>,
     order: usize,
 }
@@ -204,27 +209,34 @@ fn validate(req: &Request, snap: &Snapshot) -> Result<(), SchedError> {
     Ok(())
 }
 
-fn consumers_on(gpu: &GpuState) -> Vec<&str> {
+fn occupants_of(gpu: &GpuState) -> Vec<&Occupant> {
     match &gpu.mode {
-        GpuMode::Whole { owner } => owner.iter().map(|o| o.consumer.as_str()).collect(),
-        GpuMode::Mig { instances, .. } => instances
-            .iter()
-            .map(|i| i.occupant.consumer.as_str())
-            .collect(),
-        GpuMode::VendorVgpu { active, .. } => active
-            .iter()
-            .map(|i| i.occupant.consumer.as_str())
-            .collect(),
-        GpuMode::Mdev { active, .. } => active
-            .iter()
-            .map(|i| i.occupant.consumer.as_str())
-            .collect(),
-        GpuMode::Sriov { active, .. } => active.iter().map(|o| o.consumer.as_str()).collect(),
-        GpuMode::Fractional { shares } => shares
-            .iter()
-            .map(|s| s.occupant.consumer.as_str())
-            .collect(),
+        GpuMode::Whole { owner } => owner.iter().collect(),
+        GpuMode::Mig { instances, .. } => instances.iter().map(|i| &i.occupant).collect(),
+        GpuMode::VendorVgpu { active, .. } => active.iter().map(|i| &i.occupant).collect(),
+        GpuMode::Mdev { active, .. } => active.iter().map(|i| &i.occupant).collect(),
+        GpuMode::Sriov { active, .. } => active.iter().collect(),
+        GpuMode::Fractional { shares } => shares.iter().map(|s| &s.occupant).collect(),
     }
+}
+
+fn consumers_on(gpu: &GpuState) -> Vec<&str> {
+    occupants_of(gpu)
+        .into_iter()
+        .map(|o| o.consumer.as_str())
+        .collect()
+}
+
+/// Age of the oldest slice with a known age on each GPU of `set`, the least over the set.
+fn oldest_age(snap: &Snapshot, set: &[usize]) -> Option<u64> {
+    set.iter()
+        .map(|g| {
+            snap.gpus
+                .get(*g)
+                .and_then(|gpu| occupants_of(gpu).iter().filter_map(|o| o.age_s).max())
+        })
+        .min()
+        .flatten()
 }
 
 /// Whether `rule`'s consumer is "near" `gpu` in the rule's scope.
@@ -561,6 +573,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
             .iter()
             .enumerate()
             .all(|(a, x)| set.iter().skip(a + 1).all(|y| linked(snap, *x, *y)));
+        let age = oldest_age(snap, &set);
         for choices in choice_lists {
             let Some((numa, local)) = pick_numa(snap, &host, req, &set) else {
                 numa_failed = true;
@@ -613,6 +626,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                 frag_added,
                 free_after,
                 occupancy,
+                age,
                 score,
                 order,
             });
@@ -660,11 +674,15 @@ fn rank(policy: &Policy, snap: &Snapshot, a: &Cand, b: &Cand) -> Ordering {
         Policy::FragAware(_) => {
             // Differences below a millionth of a GPU are float noise, not fragmentation.
             let q = |f: Option<f64>| (f.unwrap_or(0.0) * 1e6).round() as i64;
+            // Lifetimes are heavy-tailed: the GPU whose slices have lived longest will likely
+            // stay busy longest, so a new slice there is least likely to be stranded alone.
+            let oldest = |c: &Cand| c.age.unwrap_or(0);
             b.local
                 .cmp(&a.local)
                 .then(soft)
                 .then(q(a.frag_added).cmp(&q(b.frag_added)))
                 .then(a.free_after.cmp(&b.free_after))
+                .then(oldest(b).cmp(&oldest(a)))
                 .then(util(snap, a).cmp(&util(snap, b)))
                 .then(a.order.cmp(&b.order))
         }
@@ -691,6 +709,7 @@ fn to_score(snap: &Snapshot, c: &Cand, chosen: bool) -> CandidateScore {
         frag_added: c.frag_added,
         free_after: f64::from(c.free_after) / f64::from(GPU_UNITS),
         occupancy: c.occupancy,
+        oldest_age_s: c.age,
         score: c.score,
         chosen,
     }

@@ -62,6 +62,11 @@ pub struct Occupant {
     pub consumer: String,
     /// True when the slice is allocated but no running VM uses it, so it may be re-laid freely.
     pub idle: bool,
+    /// How long the slice has existed, in seconds, when the caller knows (`None`: unknown, e.g.
+    /// a slice vgpud did not create). The default policy uses it only to break ties between
+    /// equally fragmenting candidates (see the crate docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_s: Option<u64>,
 }
 
 impl Occupant {
@@ -70,6 +75,7 @@ impl Occupant {
         Self {
             consumer: consumer.to_owned(),
             idle: false,
+            age_s: None,
         }
     }
     /// A slice held by `consumer` that no running VM uses.
@@ -77,6 +83,14 @@ impl Occupant {
         Self {
             consumer: consumer.to_owned(),
             idle: true,
+            age_s: None,
+        }
+    }
+    /// The same occupant, `age_s` seconds old.
+    pub fn aged(self, age_s: u64) -> Self {
+        Self {
+            age_s: Some(age_s),
+            ..self
         }
     }
 }

@@ -508,3 +508,90 @@ fn bad_snapshot_is_an_error_not_a_panic() {
     );
     assert_eq!(r.unwrap_err().error, SchedError::ZeroCount);
 }
+
+/// A MIG GPU whose instances' holders are `age_s` seconds old.
+fn aged_mig(instances: &[(&str, u8, &str)], age_s: u64) -> GpuMode {
+    let mut mode = mig(instances);
+    if let GpuMode::Mig { instances, .. } = &mut mode {
+        for i in instances {
+            i.occupant = i.occupant.clone().aged(age_s);
+        }
+    }
+    mode
+}
+
+#[test]
+fn equal_fragmentation_goes_next_to_the_oldest_slice() {
+    // Two GPUs with the same layout (a lone 4g): the fragmentation and the fit are equal, so
+    // the new 3g goes next to the older 4g, which will likely outlive the younger one.
+    let snap = host(vec![
+        gpu(0, 0, aged_mig(&[("4g.71gb", 0, "young")], 60)),
+        gpu(1, 0, aged_mig(&[("4g.71gb", 0, "old")], 30 * 86_400)),
+    ]);
+    let d = decide(&snap, &mig_req("3g.71gb"), &Policy::default()).unwrap();
+    assert_eq!(start_of(&d), (addr(1), 4), "{:#?}", d.explanation);
+    let first = &d.explanation.candidates[0];
+    assert_eq!(first.oldest_age_s, Some(30 * 86_400));
+    let other = &d.explanation.candidates[1];
+    assert_eq!(other.frag_added, first.frag_added);
+    assert_eq!(other.oldest_age_s, Some(60));
+    // Unknown ages (foreign slices) count as new: snapshot order decides between them, and a
+    // GPU whose slice has a known age wins over one whose slice has none.
+    let snap = host(vec![
+        gpu(0, 0, mig(&[("4g.71gb", 0, "foreign")])),
+        gpu(1, 0, aged_mig(&[("4g.71gb", 0, "owned")], 5)),
+    ]);
+    let d = decide(&snap, &mig_req("3g.71gb"), &Policy::default()).unwrap();
+    assert_eq!(start_of(&d).0, addr(1));
+    // Other policies ignore ages.
+    let d = decide(&snap, &mig_req("3g.71gb"), &Policy::BestFit).unwrap();
+    assert_eq!(start_of(&d).0, addr(0));
+}
+
+#[test]
+fn age_never_overrides_fragmentation_best_fit_or_locality() {
+    // A 1g next to the lone 1g adds less fragmentation than next to the 4g, however old the 4g.
+    let snap = host(vec![
+        gpu(0, 0, aged_mig(&[("1g.18gb", 0, "young")], 1)),
+        gpu(1, 0, aged_mig(&[("4g.71gb", 0, "old")], 1 << 30)),
+    ]);
+    let d = decide(&snap, &mig_req("1g.18gb"), &Policy::default()).unwrap();
+    assert_eq!(start_of(&d).0, addr(0));
+    let c = &d.explanation.candidates;
+    let other = c.iter().find(|x| x.placements[0].gpu == addr(1)).unwrap();
+    assert!(
+        c[0].frag_added.unwrap() < other.frag_added.unwrap() - 1e-3,
+        "{c:#?}"
+    );
+    // A 3g adds the same fragmentation next to a 1g or a 3g; the 3g's GPU is the better fit
+    // (left full), and the older 1g does not change that.
+    let snap = host(vec![
+        gpu(0, 0, aged_mig(&[("1g.18gb", 0, "old")], 1 << 30)),
+        gpu(1, 0, aged_mig(&[("3g.71gb", 0, "young")], 1)),
+    ]);
+    let d = decide(&snap, &mig_req("3g.71gb"), &Policy::default()).unwrap();
+    assert_eq!(start_of(&d), (addr(1), 4));
+    let c = &d.explanation.candidates;
+    assert_eq!(c[0].frag_added, c[1].frag_added, "{c:#?}");
+    // NUMA locality stays first: the old slice's GPU is on a node without CPUs left.
+    let mut snap = host(vec![
+        gpu(0, 0, aged_mig(&[("4g.71gb", 0, "old")], 1 << 30)),
+        gpu(1, 1, aged_mig(&[("4g.71gb", 0, "young")], 1)),
+    ]);
+    snap.numa[0].free_cpus.clear();
+    let mut req = mig_req("3g.71gb");
+    req.cpu_milli = 4000;
+    let d = decide(&snap, &req, &Policy::default()).unwrap();
+    assert_eq!(d.placements[0].gpu, addr(1));
+}
+
+#[test]
+fn occupant_age_is_optional_on_the_wire() {
+    let json = serde_json::to_string(&Occupant::busy("vm")).unwrap();
+    assert!(!json.contains("age_s"), "{json}");
+    let back: Occupant = serde_json::from_str(r#"{"consumer":"vm","idle":false}"#).unwrap();
+    assert_eq!(back.age_s, None);
+    let aged: Occupant =
+        serde_json::from_str(r#"{"consumer":"vm","idle":false,"age_s":7}"#).unwrap();
+    assert_eq!(aged, Occupant::busy("vm").aged(7));
+}
