@@ -64,7 +64,7 @@ struct Phase<'a> {
 }
 
 impl Phase<'_> {
-    /// A transcript line, as it happens (the checks follow at the end).
+    /// A transcript line, stamped with the time since the phase began.
     fn say(&self, what: impl AsRef<str>) {
         println!(
             "libvirt: [+{:.1}s] {}",
