@@ -558,10 +558,7 @@ fn hex16(s: &str) -> u16 {
 pub(crate) fn vmpin_error(e: VmpinError) -> EngineError {
     let text = sysfs::error_chain(&e);
     match e {
-        VmpinError::Connect { .. } => EngineError::LibvirtUnavailable(text),
-        VmpinError::Libvirt { ref source, .. } if broken(source) => {
-            EngineError::LibvirtUnavailable(text)
-        }
+        e if e.libvirt_unavailable() => EngineError::LibvirtUnavailable(text),
         VmpinError::NoDomain(d) => {
             EngineError::NotFound(format!("VM {d:?} is not a libvirt domain on this host"))
         }
@@ -573,16 +570,4 @@ pub(crate) fn vmpin_error(e: VmpinError) -> EngineError {
         VmpinError::Rejected(r) => EngineError::NoCapacity(format!("the VM cannot be placed: {r}")),
         other => EngineError::host("VM pinning failed", None, Box::new(other)),
     }
-}
-
-/// Whether libvirt's error means the connection itself is gone.
-fn broken(e: &virt::error::Error) -> bool {
-    use virt::error::{ErrorDomain, ErrorNumber};
-    matches!(
-        e.code(),
-        ErrorNumber::SystemError
-            | ErrorNumber::NoConnect
-            | ErrorNumber::InvalidConn
-            | ErrorNumber::Rpc
-    ) || matches!(e.domain(), ErrorDomain::Rpc | ErrorDomain::Remote)
 }

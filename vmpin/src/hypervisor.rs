@@ -138,7 +138,7 @@ fn open(uri: &str) -> Result<Connect, VmpinError> {
     })
 }
 
-fn connection_broken(e: &virt::error::Error) -> bool {
+pub(crate) fn connection_broken(e: &virt::error::Error) -> bool {
     matches!(
         e.code(),
         ErrorNumber::SystemError

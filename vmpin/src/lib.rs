@@ -105,6 +105,18 @@ pub enum VmpinError {
     Topology(String),
 }
 
+impl VmpinError {
+    /// Whether libvirt itself is out of reach (libvirtd down or restarting, the connection
+    /// broken): worth retrying later, unlike a refusal.
+    pub fn libvirt_unavailable(&self) -> bool {
+        match self {
+            Self::Connect { .. } => true,
+            Self::Libvirt { source, .. } => hypervisor::connection_broken(source),
+            _ => false,
+        }
+    }
+}
+
 impl From<Rejection> for VmpinError {
     fn from(r: Rejection) -> Self {
         Self::Rejected(r)

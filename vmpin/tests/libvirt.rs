@@ -394,10 +394,9 @@ fn unknown_domain_and_duplicate_allocation_are_clean_errors() {
     let hv = host(dir.path());
     let slices = [mdev(M1, 0)];
     let plan = plan_for(&hv, DEMO_VM, &slices, PlanOptions::default());
-    assert!(matches!(
-        hv.apply("nope", "a", &slices, &plan),
-        Err(VmpinError::NoDomain(_))
-    ));
+    let no_domain = hv.apply("nope", "a", &slices, &plan).unwrap_err();
+    assert!(matches!(no_domain, VmpinError::NoDomain(_)), "{no_domain:?}");
+    assert!(!no_domain.libvirt_unavailable(), "a refusal, not an outage");
     hv.apply(DEMO_VM, "a", &slices, &plan).unwrap();
     let before = hv.domain_xml(DEMO_VM, true).unwrap();
     assert!(matches!(
@@ -418,6 +417,7 @@ fn libvirtd_down_is_a_clean_connect_error() {
     let uri = format!("qemu+unix:///system?socket={}", socket.display());
     let err = Hypervisor::open(&uri).unwrap_err();
     assert!(matches!(err, VmpinError::Connect { .. }), "{err:?}");
+    assert!(err.libvirt_unavailable(), "worth a retry: {err:?}");
     assert_eq!(
         err.to_string(),
         format!("cannot connect to libvirt at {uri}")
