@@ -5,7 +5,10 @@
 //! claimed by a request being gathered, foreign, or owned and free. Free owned slices are
 //! marked so a request can reuse them ([`SchedView::free`]). Identities the engine owns but the
 //! host lost are kept as occupants too (the engine re-creates them in place), so the scheduler
-//! never picks their MIG slots. Each GPU appears in one slicing mode: the mode of the request
+//! never picks their MIG slots. A slice held by an allocation carries its age (since the later
+//! of the slice's and the allocation's creation): the scheduler's default policy prefers, among
+//! otherwise equal places, the GPU whose slices have been held longest. Foreign, claimed and
+//! free slices have no age. Each GPU appears in one slicing mode: the mode of the request
 //! when the GPU is a candidate for it, else the GPU's main mode (MIG when enabled, vendor-VFIO
 //! vGPU, mdev, SR-IOV VFs, whole GPU).
 //!
@@ -88,6 +91,11 @@ fn key_of(gpu: PciAddress, identity: &Identity) -> Option<Key> {
 impl Ownership {
     /// Reads the ledger, allocations, open intents and in-memory claims.
     pub fn of(d: &Desired, claims: &HashSet<SliceId>) -> Self {
+        Self::of_at(d, claims, super::state::now())
+    }
+
+    /// [`Ownership::of`] with held slices' ages measured at `now` (seconds since the epoch).
+    pub fn of_at(d: &Desired, claims: &HashSet<SliceId>, now: u64) -> Self {
         let mut out = Ownership::default();
         for s in d.slices.values() {
             // Slices on virtual mdev parents take nothing from a GPU the scheduler places on.
@@ -95,7 +103,10 @@ impl Ownership {
                 continue;
             };
             let occupant = match d.holder(s.id) {
-                Some(a) => Occupant::busy(&a.consumer),
+                // A reused slice is as old as its current holder's allocation.
+                Some(a) => {
+                    Occupant::busy(&a.consumer).aged(now.saturating_sub(s.created.max(a.created)))
+                }
                 None if claims.contains(&s.id) || d.in_flight(s.id) => Occupant::busy(CLAIMED),
                 None => Occupant::idle(&format!("{FREE_PREFIX}{}", s.id)),
             };
@@ -500,5 +511,64 @@ mod tests {
         let offer = mdev_offer(&inv.gpus[0].mdev_types[0]);
         assert_eq!(offer.framebuffer_mib, 1024);
         assert_eq!(offer.max_instances, 24);
+    }
+
+    #[test]
+    fn held_slices_carry_their_age_and_others_none() {
+        let body = r#"{
+          "slices": {
+            "6f1c2a4e-0b7d-4c41-9a3e-5d2f8b1c7e90": {
+              "id": "6f1c2a4e-0b7d-4c41-9a3e-5d2f8b1c7e90",
+              "spec": {"gpu": "0000:41:00.0",
+                       "kind": {"backend": "mig", "profile": "3g.71gb"}},
+              "identity": {"kind": "mig", "start": 4, "profile": "3g.71gb"},
+              "created": 1000
+            },
+            "7a2d3b5f-1c8e-4d52-8b4f-6e3a9c2d8f01": {
+              "id": "7a2d3b5f-1c8e-4d52-8b4f-6e3a9c2d8f01",
+              "spec": {"gpu": "0000:41:00.0",
+                       "kind": {"backend": "mig", "profile": "3g.71gb"}},
+              "identity": {"kind": "mig", "start": 0, "profile": "3g.71gb"},
+              "created": 1500
+            },
+            "8b3e4c6a-2d9f-4e63-9c5a-7f4b0d3e9a12": {
+              "id": "8b3e4c6a-2d9f-4e63-9c5a-7f4b0d3e9a12",
+              "spec": {"gpu": "0000:51:00.0",
+                       "kind": {"backend": "mig", "profile": "3g.71gb"}},
+              "identity": {"kind": "mig", "start": 0, "profile": "3g.71gb"},
+              "created": 1200
+            }
+          },
+          "allocations": {
+            "a1b2c3d4-0000-4000-8000-000000000001": {
+              "id": "a1b2c3d4-0000-4000-8000-000000000001",
+              "consumer": "vm-old",
+              "slices": ["6f1c2a4e-0b7d-4c41-9a3e-5d2f8b1c7e90"],
+              "created": 1100
+            },
+            "a1b2c3d4-0000-4000-8000-000000000002": {
+              "id": "a1b2c3d4-0000-4000-8000-000000000002",
+              "consumer": "vm-reused",
+              "slices": ["8b3e4c6a-2d9f-4e63-9c5a-7f4b0d3e9a12"],
+              "created": 4000
+            }
+          }
+        }"#;
+        let d: Desired = serde_json::from_str(body).unwrap();
+        let own = Ownership::of_at(&d, &HashSet::new(), 5000);
+        let gpu41: PciAddress = "0000:41:00.0".parse().unwrap();
+        let gpu51: PciAddress = "0000:51:00.0".parse().unwrap();
+        // Held since its allocation (1100), after the slice was made (1000).
+        let (held, _) = own.occupant(&Key::Mig(gpu41, 4));
+        assert_eq!((held.consumer.as_str(), held.age_s), ("vm-old", Some(3900)));
+        // A slice made at 1200 and handed to an allocation made at 4000 is 1000 s old.
+        let (reused, _) = own.occupant(&Key::Mig(gpu51, 0));
+        assert_eq!(reused.age_s, Some(1000));
+        // Free owned slices and slices vgpud does not own have no age.
+        let (free, id) = own.occupant(&Key::Mig(gpu41, 0));
+        assert!(free.idle && id.is_some());
+        assert_eq!(free.age_s, None);
+        let (foreign, _) = own.occupant(&Key::Mig(gpu51, 4));
+        assert_eq!((foreign.consumer.as_str(), foreign.age_s), (FOREIGN, None));
     }
 }
