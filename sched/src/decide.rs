@@ -85,8 +85,8 @@ pub struct CandidateScore {
     /// Mean occupancy of the chosen GPU(s) before placement, 0 to 1.
     pub occupancy: f64,
     /// Age in seconds of the oldest slice on the chosen GPU (the least such age over a GPU
-    /// set); `None` when no slice there has a known age. The fragmentation-aware policy's
-    /// tie-break between equally fragmenting candidates.
+    /// set); `None` when no slice there has a known age, and for other policies than the
+    /// fragmentation-aware one, which uses it as its last tie-break before utilisation.
     pub oldest_age_s: Option<u64>,
     /// The policy's scalar score when it has one (spread), for display.
     pub score: Option<f64>,
@@ -227,16 +227,12 @@ fn consumers_on(gpu: &GpuState) -> Vec<&str> {
         .collect()
 }
 
-/// Age of the oldest slice with a known age on each GPU of `set`, the least over the set.
-fn oldest_age(snap: &Snapshot, set: &[usize]) -> Option<u64> {
-    set.iter()
-        .map(|g| {
-            snap.gpus
-                .get(*g)
-                .and_then(|gpu| occupants_of(gpu).iter().filter_map(|o| o.age_s).max())
-        })
-        .min()
-        .flatten()
+/// Age of the oldest slice with a known age on each GPU.
+fn oldest_ages(snap: &Snapshot) -> Vec<Option<u64>> {
+    snap.gpus
+        .iter()
+        .map(|gpu| occupants_of(gpu).iter().filter_map(|o| o.age_s).max())
+        .collect()
 }
 
 /// Whether `rule`'s consumer is "near" `gpu` in the rule's scope.
@@ -542,6 +538,11 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
         ev.frag_before = Some(host_frag(snap, &host, workload));
     }
     let sets = gpu_sets(snap, req, &eligible, &host.caps);
+    let ages = if frag_aware {
+        oldest_ages(snap)
+    } else {
+        Vec::new()
+    };
     let mut cands: Vec<Cand> = Vec::new();
     let mut numa_failed = false;
     for set in sets {
@@ -573,7 +574,15 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
             .iter()
             .enumerate()
             .all(|(a, x)| set.iter().skip(a + 1).all(|y| linked(snap, *x, *y)));
-        let age = oldest_age(snap, &set);
+        // The least over the set: a GPU without a known age makes the set's age unknown.
+        let age = if ages.is_empty() {
+            None
+        } else {
+            set.iter()
+                .map(|g| ages.get(*g).copied().flatten())
+                .min()
+                .flatten()
+        };
         for choices in choice_lists {
             let Some((numa, local)) = pick_numa(snap, &host, req, &set) else {
                 numa_failed = true;
