@@ -51,9 +51,9 @@
 //! neighbours depart, which is how a GPU ends up blocked for a whole-GPU profile by one small
 //! slice. It only orders candidates that fragmentation (compared to a millionth of a GPU), NUMA,
 //! soft rules and best fit leave equal, so it cannot trade any of those for age. On the
-//! one-host loss benchmark it cut the avoidable rejections from about 1.2 % to about 0.3 % of
-//! all rejections (preferring the youngest neighbour instead raised them to about 5 %); see
-//! BENCHMARKS.md. The engine passes the age of the slices it holds for an allocation.
+//! one-host loss benchmark it cut the rejections a re-layout could have avoided from 0.8–1.2 %
+//! to 0.2–0.4 % of all rejections (preferring the youngest neighbour instead raised them to
+//! about 5 %); see BENCHMARKS.md. The engine passes the age of the slices it holds for an allocation.
 //!
 //! Expected fragmentation (FGD, Weng et al., ATC 2023, generalised to every slicing mode; see
 //! the `frag` module) is the free GPU capacity the expected request mix ([`Workload`]) could not
