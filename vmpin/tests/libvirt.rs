@@ -395,7 +395,10 @@ fn unknown_domain_and_duplicate_allocation_are_clean_errors() {
     let slices = [mdev(M1, 0)];
     let plan = plan_for(&hv, DEMO_VM, &slices, PlanOptions::default());
     let no_domain = hv.apply("nope", "a", &slices, &plan).unwrap_err();
-    assert!(matches!(no_domain, VmpinError::NoDomain(_)), "{no_domain:?}");
+    assert!(
+        matches!(no_domain, VmpinError::NoDomain(_)),
+        "{no_domain:?}"
+    );
     assert!(!no_domain.libvirt_unavailable(), "a refusal, not an outage");
     hv.apply(DEMO_VM, "a", &slices, &plan).unwrap();
     let before = hv.domain_xml(DEMO_VM, true).unwrap();
