@@ -384,7 +384,7 @@ fn live_expander_allocation(
             p.check(
                 "apply with an expander bus on the running domain",
                 false,
-                error_chain(&e),
+                sysfs::error_chain(&e),
             );
             return Ok(());
         }
@@ -549,8 +549,8 @@ fn restart_libvirtd(p: &mut Phase, hv: &Hypervisor) -> anyhow::Result<()> {
         gone && first.is_err() && matches!(second, Err(VmpinError::Connect { .. })),
         format!(
             "{:?}; then {:?}",
-            first.map(|i| i.name).map_err(|e| error_chain(&e)),
-            second.map(|i| i.name).map_err(|e| error_chain(&e))
+            first.map(|i| i.name).map_err(|e| sysfs::error_chain(&e)),
+            second.map(|i| i.name).map_err(|e| sysfs::error_chain(&e))
         ),
     );
     Command::new("libvirtd").arg("-d").status()?;
@@ -686,7 +686,7 @@ fn two_node_allocation(
     p.check(
         "libvirt starts the domain with guest cells and expander buses",
         started.is_ok(),
-        format!("{:?}", started.as_ref().map_err(error_chain)),
+        format!("{:?}", started.as_ref().map_err(|e| sysfs::error_chain(e))),
     );
     if started.is_ok() {
         check_two_node_guest(p, hv, &plan)?;
@@ -700,17 +700,6 @@ fn two_node_allocation(
         first_difference(original, &now),
     );
     Ok(())
-}
-
-fn error_chain(e: &VmpinError) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn check_two_node_guest(p: &mut Phase, hv: &Hypervisor, plan: &PinPlan) -> anyhow::Result<()> {
