@@ -5,6 +5,7 @@
 
 mod host;
 mod latency;
+mod mix;
 mod openb;
 mod replay;
 
@@ -48,6 +49,15 @@ enum Cmd {
         /// Worker threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Re-weights the pod list before the protocol's resampling, `KIND=PCT`, a stand-in for
+        /// the openb variant files (not those files). `gpushare=P` / `multigpu=P`: CPU-only pods
+        /// are kept; the other slots are refilled by drawing GPU pods with replacement, from the
+        /// class (gpu_milli < 1000, or num_gpu > 1) while its GPU demand so far is under P % of
+        /// all GPU demand drawn so far, otherwise from the other GPU pods. `cpu=P`: round(P % of
+        /// the list) pods drawn with replacement from the CPU-only pods, the rest from the GPU
+        /// pods. The list keeps its size; the draw is seeded with each run's seed.
+        #[arg(long)]
+        mix: Option<mix::Mix>,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -323,11 +333,25 @@ fn sched_replay(
     policies: &str,
     load: f64,
     threads: Option<usize>,
+    mix: Option<mix::Mix>,
     json_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let nodes = openb::read_nodes(&nodes)?;
     let pods = openb::read_pods(&pods)?;
     let seeds = parse_seeds(seeds)?;
+    // One re-weighted list per seed, shared by every policy so their runs stay paired.
+    let mut lists = std::collections::HashMap::new();
+    for seed in &seeds {
+        let list = match &mix {
+            Some(m) => {
+                let list = m.apply(&pods, *seed)?;
+                eprintln!("mix {m} seed {seed}: {:.2} % measured", m.measure(&list));
+                list
+            }
+            None => pods.clone(),
+        };
+        lists.insert(*seed, list);
+    }
     let policies = parse_policies(policies)?;
     let threads = threads
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
@@ -348,9 +372,12 @@ fn sched_replay(
                     let Some((p, seed)) = jobs.get(i).copied() else {
                         break;
                     };
+                    let Some(pods) = lists.get(&seed) else {
+                        break;
+                    };
                     let t = Instant::now();
-                    let list = replay::inflate(&pods, &nodes, load / 100.0, seed);
-                    let r = replay::replay(&nodes, &pods, &list, p, seed);
+                    let list = replay::inflate(pods, &nodes, load / 100.0, seed);
+                    let r = replay::replay(&nodes, pods, &list, p, seed);
                     eprintln!(
                         "{:>13} seed {seed}: {:.2} % at 100, {:.2} % at {load}, {} of {} pods failed ({:.1} s)",
                         p.name(),
@@ -386,7 +413,8 @@ fn sched_replay(
             .collect();
         let (m100, _) = mean_sd(&at100);
         let (m, sd) = mean_sd(&at_end);
-        let pubd = published(*p);
+        // Published figures are for the default list only.
+        let pubd = mix.is_none().then(|| published(*p)).flatten();
         println!(
             "{:<14} {:>8.2}% {:>8.2}% {:>7.2} {:>11.2}% {:>10} {:>7}",
             p.name(),
@@ -409,7 +437,8 @@ fn sched_replay(
         start.elapsed().as_secs_f64()
     );
     if let Some(out) = json_out {
-        let doc = json!({"policies": table, "seeds": seeds, "load_pct": load});
+        let mix = mix.map(|m| m.to_string());
+        let doc = json!({"policies": table, "seeds": seeds, "load_pct": load, "mix": mix});
         std::fs::write(&out, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
@@ -425,8 +454,9 @@ fn main() -> anyhow::Result<()> {
             policies,
             load,
             threads,
+            mix,
             json,
-        } => sched_replay(nodes, pods, &seeds, &policies, load, threads, json),
+        } => sched_replay(nodes, pods, &seeds, &policies, load, threads, mix, json),
         Cmd::SchedHost {
             pods,
             arrivals,
