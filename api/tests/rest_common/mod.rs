@@ -202,7 +202,81 @@ pub async fn request_unix(
     body: Option<Vec<u8>>,
 ) -> Reply {
     let stream = UnixStream::connect(socket).await.unwrap();
-    send(stream, method, path, headers, body).await
+    match body {
+        // The server may answer 413 from the Content-Length alone and close while a client is
+        // still writing; hyper's client then reports the broken pipe, not the answer.
+        Some(b) if b.len() > OVERSIZED => send_oversized(stream, method, path, headers, b).await,
+        body => send(stream, method, path, headers, body).await,
+    }
+}
+
+/// Bodies above this may be refused before they are read (the server's default limit).
+const OVERSIZED: usize = 1 << 20;
+
+/// One request on a raw connection: the body is written while the answer is read, a write the
+/// server cuts short is ignored, and the answer is parsed from what arrives.
+async fn send_oversized(
+    stream: UnixStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: vgpud\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(head.as_bytes()).await;
+        let _ = wr.write_all(&body).await;
+    });
+    let mut raw = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let reply = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(reply) = parse_reply(&raw) {
+                return reply;
+            }
+            let n = rd.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the server closed without a whole answer: {raw:?}");
+            raw.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await
+    .expect("an answer within 30 s");
+    writer.abort();
+    reply
+}
+
+/// A whole HTTP/1.1 answer with a Content-Length body, once all of it is in `raw`.
+fn parse_reply(raw: &[u8]) -> Option<Reply> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let mut parsed = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut parsed);
+    resp.parse(&raw[..end]).ok()?;
+    let mut headers = hyper::HeaderMap::new();
+    for h in resp.headers.iter() {
+        headers.append(
+            hyper::header::HeaderName::from_bytes(h.name.as_bytes()).ok()?,
+            hyper::header::HeaderValue::from_bytes(h.value).ok()?,
+        );
+    }
+    let len: usize = headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    let body = raw.get(end..end + len)?;
+    Some(Reply {
+        status: StatusCode::from_u16(resp.code?).ok()?,
+        headers,
+        body: Bytes::copy_from_slice(body),
+    })
 }
 
 /// Like [`send`], but a connection the server drops is `None` instead of a panic.
