@@ -151,22 +151,15 @@ pub fn parse_device(field: &str, value: &str) -> Result<agent::engine::DeviceRef
     if value.contains(':') {
         return parse_pci(field, value).map(Into::into);
     }
-    let shown: String = value.chars().take(64).collect();
-    let name_ok = value.len() <= 128
-        && !value.starts_with('.')
-        && !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-');
-    if !name_ok {
-        return Err(ApiError::Unprocessable(format!(
-            "{field}: {shown:?} is neither a PCI address such as 0000:07:00.0 nor an mdev parent name such as mtty"
-        )));
+    // ids' rule for parent names, plus the pattern's first character (no `.` or `-`).
+    let first_ok = value.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+    match value.parse::<ids::MdevParentName>() {
+        Ok(name) if first_ok => Ok(name.into()),
+        _ => Err(ApiError::Unprocessable(format!(
+            "{field}: {:?} is neither a PCI address such as 0000:07:00.0 nor an mdev parent name such as mtty",
+            value.chars().take(64).collect::<String>()
+        ))),
     }
-    value
-        .parse::<ids::MdevParentName>()
-        .map(Into::into)
-        .map_err(|e| ApiError::Unprocessable(format!("{field}: {e}")))
 }
 
 /// Parses a value whose `Display` is its canonical form, refusing every other spelling.
