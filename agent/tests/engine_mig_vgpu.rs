@@ -430,17 +430,19 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
     assert_eq!(driver(&h, addr(H200)).as_deref(), Some("vfio-pci"));
     // One GPU cannot want both modes: refused before anything is touched.
-    let before = e.layouts().layouts;
-    let err = e
-        .set_layouts(vec![layout(
-            H200B,
-            &[("NVIDIA H200X-1-18C", 1), ("NVIDIA H200X-35C", 1)],
-        )])
-        .unwrap_err();
-    assert_eq!(err.code(), "invalid_request", "{err}");
-    assert!(err.to_string().contains("MIG mode on"), "{err}");
-    assert_eq!(e.layouts().layouts, before);
+    let mixed = layout(H200B, &[("NVIDIA H200X-1-18C", 1), ("NVIDIA H200X-35C", 1)]);
+    refused_untouched(&e, mixed, "MIG mode on");
     assert_eq!(mode(&h, H200B), (false, false));
+}
+
+/// A layout refused with `invalid_request` (its reason naming `why`) leaves the declared
+/// layouts as they were.
+fn refused_untouched(e: &agent::engine::Engine, l: Layout, why: &str) {
+    let before = e.layouts().layouts;
+    let err = e.set_layouts(vec![l]).unwrap_err();
+    assert_eq!(err.code(), "invalid_request", "{err}");
+    assert!(err.to_string().contains(why), "{err}");
+    assert_eq!(e.layouts().layouts, before);
 }
 
 #[test]
@@ -466,13 +468,11 @@ fn a_layout_can_set_mig_mode_without_slices_and_must_agree_with_them() {
     );
     assert_eq!(mode(&h, H200), (false, false));
     // A declared mode the slices contradict is refused before anything is touched.
-    let before = e.layouts().layouts;
-    let err = e
-        .set_layouts(vec![with_mode(&[("NVIDIA H200X-1-18C", 1)], false)])
-        .unwrap_err();
-    assert_eq!(err.code(), "invalid_request", "{err}");
-    assert!(err.to_string().contains("layout sets it off"), "{err}");
-    assert_eq!(e.layouts().layouts, before);
+    refused_untouched(
+        &e,
+        with_mode(&[("NVIDIA H200X-1-18C", 1)], false),
+        "layout sets it off",
+    );
     assert_eq!(mode(&h, H200), (false, false));
 }
 
