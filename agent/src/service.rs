@@ -129,6 +129,9 @@ pub struct PlacementScore {
     pub feasible: bool,
     /// Higher is better; comparable between hosts running the same policy.
     pub score: f64,
+    /// Expected waste the placement adds, in GPUs: capacity no common request could fill, or
+    /// that its NUMA node's CPUs could not feed (compare hosts on this first; see `sched`).
+    pub waste_added: f64,
     /// Expected fragmentation the placement adds, in GPUs.
     pub fragmentation_added: f64,
     /// Whether the VM's CPUs and memory would sit on its slices' NUMA node.

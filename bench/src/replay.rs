@@ -193,7 +193,7 @@ struct Cluster<'a> {
     typical: Vec<Typical>,
     frag_memo: HashMap<(u8, i64, [u16; 8]), f64>,
     vgpud: Option<Policy>,
-    vgpud_memo: HashMap<VgpudMemoKey, Option<(i64, i64)>>,
+    vgpud_memo: HashMap<VgpudMemoKey, Option<(i64, i64, i64)>>,
     first_tie: bool,
     /// CPU the trace's GPU pods ask per thousandth of a GPU.
     cpu_per_gpu_milli: f64,
@@ -374,7 +374,7 @@ impl<'a> Cluster<'a> {
     /// vgpud's ranking key of node `i` for `pod` (lower is better): the fragmentation the
     /// host's `sched::host_score` says the pod adds, in steps of [`HOST_TIE_GPUS`]; equal keys
     /// go to the first node in order, as for the baselines.
-    fn vgpud_key(&mut self, i: usize, pod: &Pod) -> Option<(i64, i64)> {
+    fn vgpud_key(&mut self, i: usize, pod: &Pod) -> Option<(i64, i64, i64)> {
         let st = self.st.get(i)?;
         let (m, cpu, left) = st.key();
         let memo_key = (m, cpu, st.mem_left, left, pod.clone());
@@ -389,20 +389,21 @@ impl<'a> Cluster<'a> {
             let Policy::FragAware(w) = policy else {
                 return None;
             };
-            let before = sched::fragmentation(&snap, w).ok()?;
             let mut after = snap.clone();
             if let Some(n) = after.numa.first_mut() {
                 n.free_cpu_milli = Some(n.cpu_milli().saturating_sub(u64::from(pod.cpu_milli)));
                 n.free_memory_mib = n.free_memory_mib.saturating_sub(pod.memory_mib);
             }
-            let added = sched::fragmentation(&after, w).ok()? - before;
-            // Equal fragmentation: the node with the most CPU to spare for its free GPUs, so
-            // CPU-only pods do not take the CPU that GPU pods will need there.
+            let waste = sched::waste(&after, w).ok()? - sched::waste(&snap, w).ok()?;
+            let frag = sched::fragmentation(&after, w).ok()? - sched::fragmentation(&snap, w).ok()?;
+            // Equal waste and fragmentation: the node with the most CPU to spare for its free
+            // GPUs, so CPU-only pods do not take the CPU that GPU pods will need there.
             let cpu_after = st.cpu_left - i64::from(pod.cpu_milli);
             let surplus =
                 cpu_after as f64 - self.cpu_per_gpu_milli * f64::from(st.gpu_left_total());
             Some((
-                (added / HOST_TIE_GPUS).round() as i64,
+                (waste * 1000.0).round() as i64,
+                (frag / HOST_TIE_GPUS).round() as i64,
                 -(surplus.round() as i64),
             ))
         } else {
@@ -410,6 +411,7 @@ impl<'a> Cluster<'a> {
             let hs = sched::host_score(&snap, &Self::request(pod), policy);
             hs.feasible.then(|| {
                 (
+                    (hs.waste_added * 1000.0).round() as i64,
                     (hs.frag_added / HOST_TIE_GPUS).round() as i64,
                     (hs.slice_free_after * 1000.0).round() as i64,
                 )
@@ -502,7 +504,7 @@ impl<'a> Cluster<'a> {
         }
         let (node, gpus) = match policy {
             ReplayPolicy::Vgpud => {
-                let mut best: Option<((i64, i64), usize)> = None;
+                let mut best: Option<((i64, i64, i64), usize)> = None;
                 for i in &feasible {
                     if let Some(k) = self.vgpud_key(*i, pod)
                         && best.is_none_or(|(b, _)| k < b)

@@ -12,6 +12,7 @@ use crate::model::{
     AffinityRule, AffinityScope, GPU_UNITS, GpuMode, GpuState, LinkPolicy, NumaPolicy, Occupant,
     Placement, Request, SliceChoice, SliceRequest, Snapshot,
 };
+use crate::waste::WasteModel;
 
 /// Weights of the source design's `spread` rule: `utilisation × (1 − occupancy) + locality ×
 /// local`, highest wins.
@@ -78,6 +79,9 @@ pub struct CandidateScore {
     pub nvlink_connected: bool,
     /// Soft affinity or anti-affinity rules the candidate breaks.
     pub soft_violations: u32,
+    /// Expected waste the candidate adds, in GPUs: capacity no common request could fill or
+    /// its NUMA node's CPUs could not feed (fragmentation-aware policy only; see the crate docs).
+    pub waste_added: Option<f64>,
     /// Expected fragmentation the candidate adds, in GPUs (fragmentation-aware policy only).
     pub frag_added: Option<f64>,
     /// Free capacity left on the chosen GPU(s) afterwards, in GPUs.
@@ -112,8 +116,18 @@ pub struct Explanation {
     pub excluded: Vec<GpuVerdict>,
     /// Candidates, in the order the policy ranked them (best first).
     pub candidates: Vec<CandidateScore>,
-    /// Expected fragmentation of the host before placement, in GPUs.
-    pub frag_before: Option<f64>,
+    /// The host's expected fragmentation and waste before placement (fragmentation-aware
+    /// policy only; boxed to keep `Rejection`, an error type, small).
+    pub before: Option<Box<HostMeasures>>,
+}
+
+/// A host's measures under the fragmentation-aware policy, in GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostMeasures {
+    /// Expected fragmentation (see the crate docs).
+    pub fragmentation: f64,
+    /// Expected waste (see the crate docs).
+    pub waste: f64,
 }
 
 /// A placement decision.
@@ -143,12 +157,14 @@ pub struct Rejection {
 pub struct HostScore {
     /// Whether the host can take the request at all.
     pub feasible: bool,
-    /// Higher is better: `-(frag_added) - 0.001 × host_free_after` for the fragmentation-aware
-    /// policy (least fragmentation, then the fullest host), a policy-specific value otherwise.
-    /// An upstream scheduler should rather treat `frag_added` differences under about 0.05 GPU
-    /// as ties, break them by `slice_free_after` and then keep a stable host order: on the openb
-    /// replay that packs better than exact comparison (see the crate docs and BENCHMARKS.md).
+    /// Higher is better: `-(waste_added + frag_added) - 0.001 × host_free_after` for the
+    /// fragmentation-aware policy, a policy-specific value otherwise. An upstream scheduler
+    /// should rather compare `waste_added` first, then `frag_added` with differences under about
+    /// 0.05 GPU as ties, then `slice_free_after`, then keep a stable host order: that is the
+    /// order measured on the openb replay (see the crate docs and BENCHMARKS.md).
     pub score: f64,
+    /// Expected waste the placement adds, in GPUs (see the crate docs).
+    pub waste_added: f64,
     /// Expected fragmentation the placement adds, in GPUs.
     pub frag_added: f64,
     /// Whether the placement would be NUMA-local.
@@ -170,6 +186,7 @@ struct Cand {
     local: bool,
     nvlink: bool,
     soft: u32,
+    waste_added: Option<f64>,
     frag_added: Option<f64>,
     free_after: u32,
     occupancy: f64,
@@ -182,6 +199,7 @@ pub(crate) struct Evaluation {
     ranked: Vec<Cand>,
     excluded: Vec<GpuVerdict>,
     frag_before: Option<f64>,
+    waste_before: Option<f64>,
     host_free: u32,
     error: Option<SchedError>,
 }
@@ -459,6 +477,7 @@ fn best_choice(
     choices: &[SliceChoice],
     policy: &Policy,
     workload: &Workload,
+    waste: &mut WasteModel,
 ) -> Option<SliceChoice> {
     match policy {
         Policy::FragAware(_) if choices.len() > 1 => {
@@ -470,10 +489,10 @@ fn best_choice(
                     if let Some(cap) = h.caps.get_mut(gpu) {
                         cap.apply(g, c);
                     }
-                    (host_frag(snap, &h, workload), c)
+                    (waste.host_waste(snap, &h), host_frag(snap, &h, workload), c)
                 })
-                .min_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(_, c)| c.clone())
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
+                .map(|(_, _, c)| c.clone())
         }
         _ => choices.first().cloned(),
     }
@@ -498,6 +517,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
         ranked: Vec::new(),
         excluded: Vec::new(),
         frag_before: None,
+        waste_before: None,
         host_free: 0,
         error: None,
     };
@@ -534,8 +554,10 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
     } else {
         &fallback
     };
+    let mut waste = WasteModel::new(snap, workload);
     if frag_aware {
         ev.frag_before = Some(host_frag(snap, &host, workload));
+        ev.waste_before = Some(waste.host_waste(snap, &host));
     }
     let sets = gpu_sets(snap, req, &eligible, &host.caps);
     let ages = if frag_aware {
@@ -561,7 +583,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                         .iter()
                         .find(|(i, _, _)| i == g)
                         .map(|(_, cs, _)| cs)?;
-                    best_choice(snap, &host, *g, cs, policy, workload)
+                    best_choice(snap, &host, *g, cs, policy, workload, &mut waste)
                 })
                 .collect();
             per.into_iter().collect()
@@ -616,6 +638,9 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
             let frag_added = ev
                 .frag_before
                 .map(|before| host_frag(snap, &after, workload) - before);
+            let waste_added = ev
+                .waste_before
+                .map(|before| waste.host_waste(snap, &after) - before);
             let soft = soft_gpu
                 + u32::from(req.nvlink == LinkPolicy::Preferred && !nvlink && set.len() > 1);
             let score = match policy {
@@ -632,6 +657,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                 local,
                 nvlink,
                 soft,
+                waste_added,
                 frag_added,
                 free_after,
                 occupancy,
@@ -689,6 +715,7 @@ fn rank(policy: &Policy, snap: &Snapshot, a: &Cand, b: &Cand) -> Ordering {
             b.local
                 .cmp(&a.local)
                 .then(soft)
+                .then(q(a.waste_added).cmp(&q(b.waste_added)))
                 .then(q(a.frag_added).cmp(&q(b.frag_added)))
                 .then(a.free_after.cmp(&b.free_after))
                 .then(oldest(b).cmp(&oldest(a)))
@@ -715,6 +742,7 @@ fn to_score(snap: &Snapshot, c: &Cand, chosen: bool) -> CandidateScore {
         numa_local: c.local,
         nvlink_connected: c.nvlink,
         soft_violations: c.soft,
+        waste_added: c.waste_added,
         frag_added: c.frag_added,
         free_after: f64::from(c.free_after) / f64::from(GPU_UNITS),
         occupancy: c.occupancy,
@@ -735,7 +763,12 @@ impl Evaluation {
                 .enumerate()
                 .map(|(i, c)| to_score(snap, c, i == 0))
                 .collect(),
-            frag_before: self.frag_before,
+            before: self.frag_before.zip(self.waste_before).map(|(f, w)| {
+                Box::new(HostMeasures {
+                    fragmentation: f,
+                    waste: w,
+                })
+            }),
         }
     }
 }
@@ -782,6 +815,7 @@ pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> Ho
         return HostScore {
             feasible: false,
             score: f64::NEG_INFINITY,
+            waste_added: 0.0,
             frag_added: 0.0,
             numa_local: false,
             host_free_after: f64::from(ev.host_free) / f64::from(GPU_UNITS),
@@ -797,14 +831,16 @@ pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> Ho
         .sum();
     let host_free_after = f64::from(ev.host_free.saturating_sub(taken)) / f64::from(GPU_UNITS);
     let frag_added = best.frag_added.unwrap_or(0.0);
+    let waste_added = best.waste_added.unwrap_or(0.0);
     let score = match policy {
-        Policy::FragAware(_) => -frag_added - 0.001 * host_free_after,
+        Policy::FragAware(_) => -waste_added - frag_added - 0.001 * host_free_after,
         Policy::Spread(_) => best.score.unwrap_or(0.0),
         Policy::BestFit | Policy::FirstFit => -host_free_after,
     };
     HostScore {
         feasible: true,
         score,
+        waste_added,
         frag_added,
         numa_local: best.local,
         host_free_after,

@@ -392,7 +392,7 @@ fn explanation_lists_every_candidate_with_components() {
     // GPU 0 has slots 0 and 4, GPU 1 slot 4: three candidates, the first chosen.
     assert_eq!(e.candidates.len(), 3);
     assert!(e.candidates[0].chosen && !e.candidates[1].chosen);
-    assert!(e.frag_before.is_some());
+    assert!(e.before.is_some());
     assert!(e.candidates.iter().all(|c| c.frag_added.is_some()));
     let json = serde_json::to_string(e).unwrap();
     assert!(json.contains("frag_added"));

@@ -596,7 +596,8 @@ pub(crate) fn score(
         _ => sched::Workload::offered_by(&view.snap),
     };
     let frag = |s: &Snapshot| sched::fragmentation(s, &workload).unwrap_or(0.0);
-    let before = frag(&view.snap);
+    let waste = |s: &Snapshot| sched::waste(s, &workload).unwrap_or(0.0);
+    let (before, waste_before) = (frag(&view.snap), waste(&view.snap));
     let mut placements = Vec::new();
     let mut local = true;
     let mut last = None;
@@ -614,6 +615,7 @@ pub(crate) fn score(
                 return Ok(PlacementScore {
                     feasible: false,
                     score: f64::NEG_INFINITY,
+                    waste_added: 0.0,
                     fragmentation_added: 0.0,
                     numa_local: false,
                     host_free_after: hs.host_free_after,
@@ -631,13 +633,15 @@ pub(crate) fn score(
         ));
     };
     let added = frag(&view.snap) - before;
+    let waste_added = waste(&view.snap) - waste_before;
     let score = match policy {
-        sched::Policy::FragAware(_) => -added - 0.001 * hs.host_free_after,
+        sched::Policy::FragAware(_) => -waste_added - added - 0.001 * hs.host_free_after,
         _ => hs.score,
     };
     Ok(PlacementScore {
         feasible: true,
         score,
+        waste_added,
         fragmentation_added: added,
         numa_local: local,
         host_free_after: hs.host_free_after,

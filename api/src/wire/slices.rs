@@ -741,6 +741,10 @@ pub struct PlacementScore {
     pub feasible: bool,
     /// Higher is better; comparable between hosts running the same policy.
     pub score: f64,
+    /// Expected waste the placement adds, in GPUs: capacity no common request could fill, or
+    /// that its NUMA node's CPUs could not feed. Compare hosts on this first, then on
+    /// `fragmentation_added`.
+    pub waste_added: f64,
     /// Expected fragmentation the placement adds, in GPUs.
     pub fragmentation_added: f64,
     /// Whether the VM's CPUs and memory would sit on its slices' NUMA node.
@@ -779,6 +783,7 @@ impl From<&agent::service::PlacementScore> for PlacementScore {
         PlacementScore {
             feasible: p.feasible,
             score: finite(p.score),
+            waste_added: finite(p.waste_added),
             fragmentation_added: finite(p.fragmentation_added),
             numa_local: p.numa_local,
             host_free_after: finite(p.host_free_after),
