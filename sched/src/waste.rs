@@ -109,9 +109,9 @@ impl WasteModel {
         // The answer depends only on the free share, unless a generic size (mapped through the
         // GPU's memory) is among the common shapes.
         let shared = !self
-                .common
-                .iter()
-                .any(|s| matches!(s, SliceRequest::Generic { .. }));
+            .common
+            .iter()
+            .any(|s| matches!(s, SliceRequest::Generic { .. }));
         let key = (if shared { usize::MAX } else { index }, cap.clone());
         if let Some(d) = self.memo.get(&key) {
             return *d;

@@ -595,3 +595,92 @@ fn occupant_age_is_optional_on_the_wire() {
         serde_json::from_str(r#"{"consumer":"vm","idle":false,"age_s":7}"#).unwrap();
     assert_eq!(aged, Occupant::busy("vm").aged(7));
 }
+
+fn shares(used: &[u32]) -> GpuMode {
+    GpuMode::Fractional {
+        shares: used
+            .iter()
+            .map(|m| FractionalShare {
+                milli: *m,
+                occupant: Occupant::busy("x"),
+            })
+            .collect(),
+    }
+}
+
+fn share_mix(sizes: &[u32]) -> Policy {
+    Policy::FragAware(Workload {
+        items: sizes
+            .iter()
+            .map(|m| WorkItem::slice(SliceRequest::Fraction(*m), 1.0))
+            .collect(),
+    })
+}
+
+#[test]
+fn waste_outranks_fragmentation_for_fractional_shares() {
+    // A 0.32 share next to a 0.47 one leaves 0.21, which nothing in the mix ever fills; on the
+    // empty GPU it leaves 0.68, where two more 0.32 shares fit. Fragmentation alone prefers the
+    // first (it removes a 0.53 remainder that 0.81 and whole GPUs cannot use).
+    let snap = Snapshot {
+        gpus: vec![gpu(0, 0, shares(&[470])), gpu(1, 0, shares(&[]))],
+        numa: Vec::new(),
+    };
+    let policy = share_mix(&[470, 320, 810, 1000]);
+    let req = Request::new("vm", SliceRequest::Fraction(320));
+    let d = decide(&snap, &req, &policy).unwrap();
+    assert_eq!(d.placements[0].gpu, addr(1), "{:#?}", d.explanation);
+    let ranked = &d.explanation.candidates;
+    let (chosen, other) = (&ranked[0], &ranked[1]);
+    // Dead capacity: 0.06 before (0.53 takes one more 0.47), 0.21 or 0.06 + 0.04 after.
+    assert!(
+        (chosen.waste_added.unwrap() - 0.04).abs() < 1e-9,
+        "{chosen:?}"
+    );
+    assert!(
+        (other.waste_added.unwrap() - 0.15).abs() < 1e-9,
+        "{other:?}"
+    );
+    assert!(chosen.frag_added.unwrap() > other.frag_added.unwrap());
+    let before = d.explanation.before.as_deref().unwrap();
+    assert!((before.waste - 0.06).abs() < 1e-9, "{before:?}");
+    let hs = host_score(&snap, &req, &policy);
+    assert!((hs.waste_added - 0.04).abs() < 1e-9, "{hs:?}");
+    // best-fit takes the fuller GPU.
+    let d = decide(&snap, &req, &Policy::BestFit).unwrap();
+    assert_eq!(d.placements[0].gpu, addr(0));
+}
+
+#[test]
+fn capacity_a_numa_node_cannot_feed_counts_as_waste() {
+    // Two NUMA nodes, one empty GPU each; node 0 has CPU for half a GPU of the mix, node 1 for
+    // two. A CPU-light share goes where the CPUs would otherwise strand GPU capacity less.
+    let mut snap = Snapshot {
+        gpus: vec![gpu(0, 0, shares(&[])), gpu(1, 1, shares(&[]))],
+        numa: vec![numa(0, 8, 512), numa(1, 32, 512)],
+    };
+    snap.numa[0].free_cpu_milli = Some(8_000);
+    snap.numa[1].free_cpu_milli = Some(32_000);
+    let mut item = WorkItem::slice(SliceRequest::Fraction(500), 1.0);
+    item.cpu_milli = 8_000; // 16 CPUs per GPU
+    let policy = Policy::FragAware(Workload { items: vec![item] });
+    // Node 0 can feed 0.5 GPU of its 1.0: 0.5 stranded, counted at STRANDED_WEIGHT.
+    let w = waste(
+        &snap,
+        match &policy {
+            Policy::FragAware(w) => w,
+            _ => unreachable!(),
+        },
+    )
+    .unwrap();
+    assert!((w - STRANDED_WEIGHT * 0.5).abs() < 1e-9, "{w}");
+    let mut req = Request::new("vm", SliceRequest::Fraction(500));
+    req.cpu_milli = 1_000;
+    req.numa = NumaPolicy::Required;
+    let d = decide(&snap, &req, &policy).unwrap();
+    // On node 0 the share uses half the GPU with little CPU: 0.5 left, 7 CPUs feed 0.4375 of
+    // it, so stranded falls from 0.5 to 0.0625; on node 1 nothing was stranded.
+    assert_eq!(d.placements[0].gpu, addr(0), "{:#?}", d.explanation);
+    let added = d.explanation.candidates[0].waste_added.unwrap();
+    assert!((added + STRANDED_WEIGHT * 0.4375).abs() < 1e-9, "{added}");
+}
