@@ -12,7 +12,7 @@ use crate::model::{
     AffinityRule, AffinityScope, GPU_UNITS, GpuMode, GpuState, LinkPolicy, NumaPolicy, Occupant,
     Placement, Request, SliceChoice, SliceRequest, Snapshot,
 };
-use crate::waste::WasteModel;
+use crate::waste::{WasteModel, WasteParts};
 
 /// Weights of the source design's `spread` rule: `utilisation × (1 − occupancy) + locality ×
 /// local`, highest wins.
@@ -477,7 +477,7 @@ fn best_choice(
     choices: &[SliceChoice],
     policy: &Policy,
     workload: &Workload,
-    waste: &mut WasteModel,
+    (waste, base): (&mut WasteModel, &WasteParts),
 ) -> Option<SliceChoice> {
     match policy {
         Policy::FragAware(_) if choices.len() > 1 => {
@@ -489,7 +489,8 @@ fn best_choice(
                     if let Some(cap) = h.caps.get_mut(gpu) {
                         cap.apply(g, c);
                     }
-                    (waste.host_waste(snap, &h), host_frag(snap, &h, workload), c)
+                    let w = waste.waste_with(snap, base, &h, &[gpu]);
+                    (w, host_frag(snap, &h, workload), c)
                 })
                 .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
                 .map(|(_, _, c)| c.clone())
@@ -555,9 +556,14 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
         &fallback
     };
     let mut waste = WasteModel::new(snap, workload);
+    let waste_base = if frag_aware {
+        waste.parts(snap, &host)
+    } else {
+        WasteParts::default()
+    };
     if frag_aware {
         ev.frag_before = Some(host_frag(snap, &host, workload));
-        ev.waste_before = Some(waste.host_waste(snap, &host));
+        ev.waste_before = Some(waste.total(&waste_base, &host.numa_cpu));
     }
     let sets = gpu_sets(snap, req, &eligible, &host.caps);
     let ages = if frag_aware {
@@ -583,7 +589,8 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                         .iter()
                         .find(|(i, _, _)| i == g)
                         .map(|(_, cs, _)| cs)?;
-                    best_choice(snap, &host, *g, cs, policy, workload, &mut waste)
+                    let waste = (&mut waste, &waste_base);
+                    best_choice(snap, &host, *g, cs, policy, workload, waste)
                 })
                 .collect();
             per.into_iter().collect()
@@ -640,7 +647,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                 .map(|before| host_frag(snap, &after, workload) - before);
             let waste_added = ev
                 .waste_before
-                .map(|before| waste.host_waste(snap, &after) - before);
+                .map(|before| waste.waste_with(snap, &waste_base, &after, &set) - before);
             let soft = soft_gpu
                 + u32::from(req.nvlink == LinkPolicy::Preferred && !nvlink && set.len() > 1);
             let score = match policy {

@@ -37,63 +37,150 @@ pub const COMMON_SHARE: f64 = 0.004;
 /// 0.25 and 2).
 pub const STRANDED_WEIGHT: f64 = 0.5;
 
-/// The waste model of one workload on one host.
-pub(crate) struct WasteModel {
-    /// Per-GPU slices of the common shapes, most common first.
-    common: Vec<SliceRequest>,
-    /// Milli-CPUs the workload asks per GPU unit (0: no CPU term).
-    cpu_per_unit: f64,
-    /// Dead capacity by (GPU key, capacity state).
-    memo: HashMap<(usize, Cap), u32>,
+/// A host's waste broken down, so that a candidate changing a few GPUs is measured by
+/// recomputing only those.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WasteParts {
+    /// Free capacity per GPU, in snapshot order.
+    free: Vec<u32>,
+    /// Dead capacity per GPU.
+    dead: Vec<u32>,
+    total_dead: u32,
+    /// Free capacity that is not dead, per NUMA node in snapshot order.
+    fillable: Vec<u32>,
 }
 
-impl WasteModel {
-    pub fn new(snap: &Snapshot, workload: &Workload) -> Self {
+/// The waste model of one workload on one host.
+pub(crate) struct WasteModel<'w> {
+    /// Per-GPU slices of the common shapes, most common first.
+    common: Vec<&'w SliceRequest>,
+    /// The common slices' sizes on any fractional GPU, most common first; `None` when a
+    /// generic size is among them (its share depends on the GPU's memory).
+    share_sizes: Option<Vec<u32>>,
+    /// Milli-CPUs the workload asks per GPU unit (0: no CPU term).
+    cpu_per_unit: f64,
+    /// Dead capacity by (GPU index, or `usize::MAX` when shared by all GPUs; free share).
+    memo: HashMap<(usize, u32), u32>,
+}
+
+impl<'w> WasteModel<'w> {
+    pub fn new(snap: &Snapshot, workload: &'w Workload) -> Self {
         // Each slice size's share of the GPU capacity the workload asks for.
-        let mut by_slice: Vec<(SliceRequest, f64)> = Vec::new();
-        for item in &workload.items {
-            let size = slice_units(snap, &item.slice).unwrap_or(GPU_UNITS);
+        let sizes: Vec<Option<u32>> = workload
+            .items
+            .iter()
+            .map(|i| slice_units(snap, &i.slice))
+            .collect();
+        let mut by_slice: Vec<(&SliceRequest, f64)> = Vec::new();
+        for (item, size) in workload.items.iter().zip(&sizes) {
+            let size = size.unwrap_or(GPU_UNITS);
             let demand = item.weight.max(0.0) * f64::from(item.count.max(1) * size);
-            match by_slice.iter_mut().find(|(s, _)| *s == item.slice) {
+            match by_slice.iter_mut().find(|(s, _)| **s == item.slice) {
                 Some((_, d)) => *d += demand,
-                None => by_slice.push((item.slice.clone(), demand)),
+                None => by_slice.push((&item.slice, demand)),
             }
         }
         let total: f64 = by_slice.iter().map(|(_, d)| d).sum();
         by_slice.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let common = by_slice
+        let common: Vec<&SliceRequest> = by_slice
             .into_iter()
             .filter(|(_, w)| total > 0.0 && w / total >= COMMON_SHARE)
             .map(|(s, _)| s)
             .collect();
+        let share_sizes = common
+            .iter()
+            .map(|s| match s {
+                SliceRequest::Fraction(m) => Some(Some(*m)),
+                SliceRequest::Whole => Some(Some(GPU_UNITS)),
+                SliceRequest::Generic { .. } => None,
+                // Other kinds never go on a fractional GPU.
+                _ => Some(None),
+            })
+            .collect::<Option<Vec<Option<u32>>>>()
+            .map(|v| v.into_iter().flatten().filter(|m| *m > 0).collect());
         Self {
             common,
-            cpu_per_unit: cpu_per_unit(snap, workload),
+            share_sizes,
+            cpu_per_unit: cpu_per_unit(workload, &sizes),
             memo: HashMap::new(),
         }
     }
 
     /// Expected waste of the host in GPUs (see the module docs).
     pub fn host_waste(&mut self, snap: &Snapshot, host: &HostCaps) -> f64 {
-        let mut dead = 0u32;
-        // Fillable (not dead) capacity per NUMA node, in snapshot order.
-        let mut fillable = vec![0u32; snap.numa.len()];
-        for (i, (gpu, cap)) in snap.gpus.iter().zip(&host.caps).enumerate() {
-            if !gpu.healthy {
+        let parts = self.parts(snap, host);
+        self.total(&parts, &host.numa_cpu)
+    }
+
+    /// The waste of `after`, which differs from the host `base` was measured on only in the
+    /// GPUs `changed` and in NUMA nodes' free CPUs: recomputes only those GPUs, which keeps a
+    /// decision's candidates cheap to compare.
+    pub fn waste_with(
+        &mut self,
+        snap: &Snapshot,
+        base: &WasteParts,
+        after: &HostCaps,
+        changed: &[usize],
+    ) -> f64 {
+        // Only the changed GPUs are measured again; the rest comes from `base`.
+        let mut dead = i64::from(base.total_dead);
+        let mut fillable: Vec<i64> = base.fillable.iter().map(|f| i64::from(*f)).collect();
+        for g in changed {
+            let (Some(gpu), Some(cap)) = (snap.gpus.get(*g), after.caps.get(*g)) else {
                 continue;
-            }
-            let free = cap.free_units(gpu);
-            let d = self.dead(i, gpu, cap);
-            dead += d;
-            if let Some(n) = numa_index(snap, gpu).and_then(|n| fillable.get_mut(n)) {
-                *n += free - d;
+            };
+            let (Some(old_free), Some(old_dead)) = (base.free.get(*g), base.dead.get(*g)) else {
+                continue;
+            };
+            let (free, new_dead) = self.gpu_parts(*g, gpu, cap);
+            dead += i64::from(new_dead) - i64::from(*old_dead);
+            if let Some(f) = numa_index(snap, gpu).and_then(|n| fillable.get_mut(n)) {
+                *f += i64::from(free - new_dead) - i64::from(old_free - old_dead);
             }
         }
+        let fillable = fillable.into_iter().map(|f| f.max(0) as u32);
+        self.total_of(dead.max(0) as u32, fillable, &after.numa_cpu)
+    }
+
+    /// Free and dead capacity per GPU, and fillable capacity per NUMA node, of `host`.
+    pub fn parts(&mut self, snap: &Snapshot, host: &HostCaps) -> WasteParts {
+        let mut parts = WasteParts {
+            free: Vec::with_capacity(snap.gpus.len()),
+            dead: Vec::with_capacity(snap.gpus.len()),
+            total_dead: 0,
+            fillable: vec![0; snap.numa.len()],
+        };
+        for (i, (gpu, cap)) in snap.gpus.iter().zip(&host.caps).enumerate() {
+            let (free, dead) = self.gpu_parts(i, gpu, cap);
+            parts.free.push(free);
+            parts.dead.push(dead);
+            parts.total_dead += dead;
+            if let Some(n) = numa_index(snap, gpu).and_then(|n| parts.fillable.get_mut(n)) {
+                *n += free - dead;
+            }
+        }
+        parts
+    }
+
+    /// Free and dead capacity of one GPU (nothing for an unhealthy one).
+    fn gpu_parts(&mut self, index: usize, gpu: &GpuState, cap: &Cap) -> (u32, u32) {
+        if !gpu.healthy {
+            return (0, 0);
+        }
+        (cap.free_units(gpu), self.dead(index, gpu, cap))
+    }
+
+    /// The waste of a host broken down as `parts`, with `numa_cpu` free per NUMA node.
+    pub fn total(&self, parts: &WasteParts, numa_cpu: &[u64]) -> f64 {
+        self.total_of(parts.total_dead, parts.fillable.iter().copied(), numa_cpu)
+    }
+
+    fn total_of(&self, dead: u32, fillable: impl Iterator<Item = u32>, numa_cpu: &[u64]) -> f64 {
         let mut stranded = 0.0;
         if self.cpu_per_unit > 0.0 {
-            for (fill, cpu) in fillable.iter().zip(&host.numa_cpu) {
+            for (fill, cpu) in fillable.zip(numa_cpu) {
                 let fed = *cpu as f64 / self.cpu_per_unit;
-                stranded += (f64::from(*fill) - fed).max(0.0);
+                stranded += (f64::from(fill) - fed).max(0.0);
             }
         }
         (f64::from(dead) + STRANDED_WEIGHT * stranded) / f64::from(GPU_UNITS)
@@ -102,38 +189,46 @@ impl WasteModel {
     /// Free share of fractional GPU `index` that no sum of common slices can fill (0 for the
     /// other modes, see the module docs).
     fn dead(&mut self, index: usize, gpu: &GpuState, cap: &Cap) -> u32 {
-        let free = cap.free_units(gpu);
-        if free == 0 || !matches!(cap, Cap::Frac { .. }) {
+        let Cap::Frac { free } = cap else {
             return 0;
-        }
-        // The answer depends only on the free share, unless a generic size (mapped through the
-        // GPU's memory) is among the common shapes.
-        let shared = !self
-            .common
-            .iter()
-            .any(|s| matches!(s, SliceRequest::Generic { .. }));
-        let key = (if shared { usize::MAX } else { index }, cap.clone());
-        if let Some(d) = self.memo.get(&key) {
-            return *d;
-        }
-        let mut best = free;
-        let common = self.common.clone();
-        'search: for slice in &common {
-            for choice in cap.choices(gpu, slice) {
-                let mut next = cap.clone();
-                next.apply(gpu, &choice);
-                if next.free_units(gpu) >= free {
-                    continue;
-                }
-                best = best.min(self.dead(index, gpu, &next));
-                if best == 0 {
-                    break 'search;
-                }
+        };
+        match &self.share_sizes {
+            Some(sizes) => unfilled(*free, sizes, usize::MAX, &mut self.memo),
+            None => {
+                // A generic size maps to a share through this GPU's memory.
+                let empty = Cap::Frac { free: GPU_UNITS };
+                let sizes: Vec<u32> = self
+                    .common
+                    .iter()
+                    .filter_map(|s| empty.choices(gpu, s).first().map(|c| Cap::units(gpu, c)))
+                    .filter(|m| *m > 0)
+                    .collect();
+                unfilled(*free, &sizes, index, &mut self.memo)
             }
         }
-        self.memo.insert(key, best);
-        best
     }
+}
+
+/// What is left of `free` after the best packing of `sizes` into it (unbounded knapsack by
+/// depth-first search; the reachable remainders are few, and remembered in `memo`).
+fn unfilled(
+    free: u32,
+    sizes: &[u32],
+    gpu_key: usize,
+    memo: &mut HashMap<(usize, u32), u32>,
+) -> u32 {
+    if let Some(d) = memo.get(&(gpu_key, free)) {
+        return *d;
+    }
+    let mut best = free;
+    for size in sizes.iter().filter(|s| **s <= free) {
+        best = best.min(unfilled(free - size, sizes, gpu_key, memo));
+        if best == 0 {
+            break;
+        }
+    }
+    memo.insert((gpu_key, free), best);
+    best
 }
 
 /// Index in `snap.numa` of the node feeding `gpu`: its own, or the only one.
@@ -145,16 +240,17 @@ fn numa_index(snap: &Snapshot, gpu: &GpuState) -> Option<usize> {
     }
 }
 
-/// Milli-CPUs the workload asks per GPU unit, over the shapes whose size the host's GPUs tell.
-fn cpu_per_unit(snap: &Snapshot, workload: &Workload) -> f64 {
+/// Milli-CPUs the workload asks per GPU unit, over the shapes whose size (`sizes`, per item)
+/// the host's GPUs tell.
+fn cpu_per_unit(workload: &Workload, sizes: &[Option<u32>]) -> f64 {
     let (mut cpu, mut units) = (0.0, 0.0);
-    for item in &workload.items {
-        let Some(size) = slice_units(snap, &item.slice) else {
+    for (item, size) in workload.items.iter().zip(sizes) {
+        let Some(size) = size else {
             continue;
         };
         let w = item.weight.max(0.0);
         cpu += w * f64::from(item.cpu_milli);
-        units += w * f64::from(item.count.max(1)) * f64::from(size);
+        units += w * f64::from(item.count.max(1)) * f64::from(*size);
     }
     if units > 0.0 { cpu / units } else { 0.0 }
 }
