@@ -146,6 +146,13 @@ fn placement_score_is_a_dry_run() {
     assert_eq!(score.placements.len(), 1);
     assert!(score.explanation.as_ref().unwrap().candidates.len() >= 8);
     assert!((score.host_free_after - 7.5).abs() < 1e-9, "{score:?}");
+    // MIG slices leave no dead capacity (sched measures it on fractional GPUs) and the
+    // default workload asks for no CPUs, so the score is fragmentation and fullness alone.
+    assert_eq!(score.waste_added, 0.0, "{score:?}");
+    assert!(
+        (score.score + score.fragmentation_added + 0.001 * score.host_free_after).abs() < 1e-9,
+        "{score:?}"
+    );
     assert!(s.slices().is_empty(), "nothing was made");
 
     // After a 1g on one GPU, a second 1g scores best on that GPU, and fragments less than the

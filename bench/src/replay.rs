@@ -395,7 +395,8 @@ impl<'a> Cluster<'a> {
                 n.free_memory_mib = n.free_memory_mib.saturating_sub(pod.memory_mib);
             }
             let waste = sched::waste(&after, w).ok()? - sched::waste(&snap, w).ok()?;
-            let frag = sched::fragmentation(&after, w).ok()? - sched::fragmentation(&snap, w).ok()?;
+            let frag =
+                sched::fragmentation(&after, w).ok()? - sched::fragmentation(&snap, w).ok()?;
             // Equal waste and fragmentation: the node with the most CPU to spare for its free
             // GPUs, so CPU-only pods do not take the CPU that GPU pods will need there.
             let cpu_after = st.cpu_left - i64::from(pod.cpu_milli);
