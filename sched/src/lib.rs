@@ -55,9 +55,12 @@
 //! more 0.32 fits) add nothing. Rare sizes are left out because a size that arrives for one
 //! remainder in ten cannot be counted on for all of them: on the openb trace counting the 0.16
 //! share made every 0.81 share look harmless and cost 1.9 points. Waste is compared first
-//! because on the openb replay it is worth 0.8 points of capacity over fragmentation alone
-//! (4.59 % → 3.75 % unallocated, see BENCHMARKS.md); fragmentation still orders what waste
+//! because on the openb replay it is worth 0.7 points of capacity over fragmentation alone
+//! (4.46 % → 3.75 % unallocated, see BENCHMARKS.md); fragmentation still orders what waste
 //! leaves equal, which is most choices while a host has room (then nothing is wasted yet).
+//! Dead capacity is measured on fractional GPUs only: on MIG, "could some mix of profiles
+//! fill these slices?" is nearly always yes, and ranked first it put small instances into the
+//! slots large profiles need; there fragmentation (slot alignment) decides, as before.
 //!
 //! The oldest-neighbour rule: among candidates still tied, the one whose GPU holds the oldest
 //! slice ([`Occupant::age_s`]; over a GPU set, the least of the GPUs' oldest) wins; unknown ages
