@@ -573,6 +573,8 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
     };
     let mut cands: Vec<Cand> = Vec::new();
     let mut numa_failed = false;
+    // Candidates are measured on one copy of the host, changed and restored in place.
+    let mut scratch = host.clone();
     for set in sets {
         // For one GPU every slot is a candidate; for a set, each GPU's own best slot.
         let choice_lists: Vec<Vec<SliceChoice>> = if set.len() == 1 {
@@ -617,37 +619,26 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                 numa_failed = true;
                 continue;
             };
-            let mut after = host.clone();
-            for (g, c) in set.iter().zip(&choices) {
-                if let (Some(gpu), Some(cap)) = (snap.gpus.get(*g), after.caps.get_mut(*g)) {
-                    cap.apply(gpu, c);
-                }
-            }
-            if let Some(n) = numa {
-                if let Some(c) = after.numa_cpu.get_mut(n) {
-                    *c = c.saturating_sub(u64::from(req.cpu_milli));
-                }
-                if let Some(m) = after.numa_mem.get_mut(n) {
-                    *m = m.saturating_sub(req.memory_mib);
-                }
-            }
-            let free_after = set
-                .iter()
-                .filter_map(|g| snap.gpus.get(*g).zip(after.caps.get(*g)))
-                .map(|(gpu, cap)| cap.free_units(gpu))
-                .sum();
             let occupancy = set
                 .iter()
                 .filter_map(|g| snap.gpus.get(*g).zip(host.caps.get(*g)))
                 .map(|(gpu, cap)| cap.occupancy(gpu))
                 .sum::<f64>()
                 / set.len() as f64;
+            let undo = apply_candidate(snap, &mut scratch, &set, &choices, numa, req);
+            let after = &scratch;
+            let free_after = set
+                .iter()
+                .filter_map(|g| snap.gpus.get(*g).zip(after.caps.get(*g)))
+                .map(|(gpu, cap)| cap.free_units(gpu))
+                .sum();
             let frag_added = ev
                 .frag_before
-                .map(|before| host_frag(snap, &after, workload) - before);
+                .map(|before| host_frag(snap, after, workload) - before);
             let waste_added = ev
                 .waste_before
-                .map(|before| waste.waste_with(snap, &waste_base, &after, &set) - before);
+                .map(|before| waste.waste_with(snap, &waste_base, after, &set) - before);
+            undo.restore(&mut scratch);
             let soft = soft_gpu
                 + u32::from(req.nvlink == LinkPolicy::Preferred && !nvlink && set.len() > 1);
             let score = match policy {
@@ -692,6 +683,60 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
     cands.sort_by(|a, b| rank(policy, snap, a, b));
     ev.ranked = cands;
     ev
+}
+
+/// What [`apply_candidate`] changed, to put back.
+struct Undo {
+    caps: Vec<(usize, Cap)>,
+    numa: Option<(usize, u64, u64)>,
+}
+
+impl Undo {
+    fn restore(self, host: &mut HostCaps) {
+        for (g, cap) in self.caps {
+            if let Some(c) = host.caps.get_mut(g) {
+                *c = cap;
+            }
+        }
+        if let Some((n, cpu, mem)) = self.numa {
+            if let Some(c) = host.numa_cpu.get_mut(n) {
+                *c = cpu;
+            }
+            if let Some(m) = host.numa_mem.get_mut(n) {
+                *m = mem;
+            }
+        }
+    }
+}
+
+/// Takes a candidate's slices out of `host`'s GPUs and its CPUs and memory out of NUMA node
+/// `numa`; returns how to undo it.
+fn apply_candidate(
+    snap: &Snapshot,
+    host: &mut HostCaps,
+    set: &[usize],
+    choices: &[SliceChoice],
+    numa: Option<usize>,
+    req: &Request,
+) -> Undo {
+    let mut undo = Undo {
+        caps: Vec::with_capacity(set.len()),
+        numa: None,
+    };
+    for (g, c) in set.iter().zip(choices) {
+        if let (Some(gpu), Some(cap)) = (snap.gpus.get(*g), host.caps.get_mut(*g)) {
+            undo.caps.push((*g, cap.clone()));
+            cap.apply(gpu, c);
+        }
+    }
+    if let Some(n) = numa
+        && let (Some(c), Some(m)) = (host.numa_cpu.get_mut(n), host.numa_mem.get_mut(n))
+    {
+        undo.numa = Some((n, *c, *m));
+        *c = c.saturating_sub(u64::from(req.cpu_milli));
+        *m = m.saturating_sub(req.memory_mib);
+    }
+    undo
 }
 
 fn util(snap: &Snapshot, c: &Cand) -> u32 {
