@@ -44,9 +44,9 @@
 //!    whole); the **oldest neighbour** (see below); lowest telemetry utilisation; snapshot order.
 //!
 //! Expected waste (the `waste` module) is the free capacity the host will most likely never
-//! allocate: on each GPU, what is left after the best packing of the workload's *common* slice
-//! sizes (those holding at least [`COMMON_SHARE`] of the GPU capacity it asks for) into its free
-//! capacity, plus [`STRANDED_WEIGHT`] × the fillable capacity its NUMA node's free CPUs could not
+//! allocate: on each fractional GPU, what is left after the best packing of the workload's
+//! *common* sizes (whole GPUs, and the shares holding at least [`COMMON_SHARE`] of the capacity
+//! its sub-GPU requests ask for) into its free capacity, plus [`STRANDED_WEIGHT`] × the fillable capacity its NUMA node's free CPUs could not
 //! feed at the workload's CPU per GPU. Fragmentation looks one request ahead ("which shapes
 //! could not use this remainder now?"); waste looks at the end state ("will anything common
 //! ever fill it?"), which is what decides how much of a busy host is used. A 0.81 share on an

@@ -8,10 +8,14 @@
 //! default policy first minimises the waste a placement adds:
 //!
 //! - **Dead capacity** of a fractional GPU: its free share minus the largest sum of *common*
-//!   shares that fits in it (slice sizes holding at least [`COMMON_SHARE`] of the GPU capacity
-//!   the workload asks for; multi-GPU shapes count per GPU). Rare sizes are left out on purpose:
-//!   on the openb trace a 0.16 share is 0.2 % of the demand, and counting it made every 0.81
-//!   share look as if its 0.19 remainder would be filled, which it is for only one GPU in ten.
+//!   sizes that fits in it: whole GPUs (which fill an empty one) and the sub-GPU shares holding
+//!   at least [`COMMON_SHARE`] of the capacity the workload's sub-GPU requests ask for. The
+//!   share is taken among sub-GPU requests because they are what makes and fills remainders:
+//!   how much whole-GPU demand there is says nothing about whether a 0.19 remainder will meet a
+//!   0.16 share (measured against all demand, the choice of fillers shifted with the mix and
+//!   cost up to 1.8 points on sharing-heavy mixes). Rare sizes are left out on purpose: on the
+//!   openb trace a 0.16 share is 0.7 % of the sub-GPU demand, and counting it made every 0.81
+//!   share look as if its 0.19 remainder would be filled, which it is for one GPU in ten.
 //!   Other modes have no dead capacity here: a MIG GPU's free slices can nearly always be
 //!   covered by some mix of small profiles, so "could anything fill it?" says little there,
 //!   while what matters (keeping aligned room for large profiles) is what fragmentation
@@ -28,10 +32,10 @@ use crate::cap::Cap;
 use crate::frag::{HostCaps, Workload};
 use crate::model::{GPU_UNITS, GpuMode, GpuState, SliceChoice, SliceRequest, Snapshot};
 
-/// A slice size counts as common, and may fill remainders, when its requests hold at least
-/// this share of the workload's weight (the openb replay is best between about 1 % and 1.5 %
-/// and degrades at 0.7 % and at 2 %; see BENCHMARKS.md).
-pub const COMMON_SHARE: f64 = 0.004;
+/// A sub-GPU share counts as common, and may fill remainders, when its requests hold at least
+/// this part of the capacity the workload's sub-GPU requests ask for (on the openb replay
+/// 1 % to 1.5 % are equally good, 0.75 % and 2 % lose 0.1–0.2 points; see BENCHMARKS.md).
+pub const COMMON_SHARE: f64 = 0.0125;
 
 /// Weight of CPU-stranded capacity against dead capacity (the openb replay is flat between
 /// 0.25 and 2).
@@ -65,28 +69,44 @@ pub(crate) struct WasteModel<'w> {
 
 impl<'w> WasteModel<'w> {
     pub fn new(snap: &Snapshot, workload: &'w Workload) -> Self {
-        // Each slice size's share of the GPU capacity the workload asks for.
+        // Each item's size in GPU units on this host.
         let sizes: Vec<Option<u32>> = workload
             .items
             .iter()
             .map(|i| slice_units(snap, &i.slice))
             .collect();
-        let mut by_slice: Vec<(&SliceRequest, f64)> = Vec::new();
+        // Remainders are made and filled by sub-GPU requests, so a share's commonness is its
+        // part of the capacity those ask for; whole GPUs always fill an empty one.
+        let mut shares: Vec<(&SliceRequest, f64)> = Vec::new();
+        let mut common: Vec<&SliceRequest> = Vec::new();
         for (item, size) in workload.items.iter().zip(&sizes) {
             let size = size.unwrap_or(GPU_UNITS);
-            let demand = item.weight.max(0.0) * f64::from(item.count.max(1) * size);
-            match by_slice.iter_mut().find(|(s, _)| **s == item.slice) {
-                Some((_, d)) => *d += demand,
-                None => by_slice.push((&item.slice, demand)),
+            match &item.slice {
+                SliceRequest::Whole => {}
+                SliceRequest::Fraction(m) if *m >= GPU_UNITS => {}
+                SliceRequest::Fraction(_) | SliceRequest::Generic { .. } => {
+                    let demand = item.weight.max(0.0) * f64::from(item.count.max(1) * size);
+                    match shares.iter_mut().find(|(s, _)| **s == item.slice) {
+                        Some((_, d)) => *d += demand,
+                        None => shares.push((&item.slice, demand)),
+                    }
+                    continue;
+                }
+                // Other kinds never go on a fractional GPU.
+                _ => continue,
+            }
+            if item.weight > 0.0 && !common.contains(&&item.slice) {
+                common.push(&item.slice);
             }
         }
-        let total: f64 = by_slice.iter().map(|(_, d)| d).sum();
-        by_slice.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let common: Vec<&SliceRequest> = by_slice
-            .into_iter()
-            .filter(|(_, w)| total > 0.0 && w / total >= COMMON_SHARE)
-            .map(|(s, _)| s)
-            .collect();
+        let total: f64 = shares.iter().map(|(_, d)| d).sum();
+        shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+        common.extend(
+            shares
+                .into_iter()
+                .filter(|(_, d)| total > 0.0 && d / total >= COMMON_SHARE)
+                .map(|(s, _)| s),
+        );
         let share_sizes = common
             .iter()
             .map(|s| match s {
@@ -338,10 +358,8 @@ mod tests {
 
     #[test]
     fn dead_capacity_is_what_common_shares_cannot_fill_and_rare_ones_do_not_count() {
-        // 0.47 and 0.32 are common, 0.16 is rare (1 % of the weight).
-        let workload = Workload {
-            items: vec![item(470, 60.0, 0), item(320, 39.0, 0), item(160, 1.0, 0)],
-        };
+        // 0.47 and 0.32 are common, 0.16 is rare (0.4 % of the sub-GPU demand).
+        let shares = vec![item(470, 60.0, 0), item(320, 39.0, 0), item(160, 1.0, 0)];
         let cases = [
             (vec![], 40),     // 3 × 0.32 leaves 0.04
             (vec![470], 60),  // 0.53 takes one more 0.47
@@ -350,14 +368,27 @@ mod tests {
             (vec![470, 320], 210),
             (vec![1000], 0),
         ];
-        for (used, want) in cases {
-            let snap = snapshot(vec![frac_gpu(1, &used)], 1_000_000);
-            let mut model = WasteModel::new(&snap, &workload);
-            let got = model.host_waste(&snap, &host(&snap));
-            assert!(
-                (got - f64::from(want) / 1000.0).abs() < 1e-9,
-                "{used:?}: {got}"
-            );
+        // Whole-GPU demand, however large, neither dilutes the shares nor leaves an empty GPU
+        // dead: it only fills whole GPUs.
+        let mut with_whole = shares.clone();
+        with_whole.push(item(1000, 10_000.0, 0));
+        for items in [shares, with_whole] {
+            let workload = Workload { items };
+            for (used, want) in &cases {
+                let want = if used.is_empty() && workload.items.len() == 4 {
+                    0
+                } else {
+                    *want
+                };
+                let snap = snapshot(vec![frac_gpu(1, used)], 1_000_000);
+                let mut model = WasteModel::new(&snap, &workload);
+                let got = model.host_waste(&snap, &host(&snap));
+                assert!(
+                    (got - f64::from(want) / 1000.0).abs() < 1e-9,
+                    "{used:?} with {} shapes: {got}",
+                    workload.items.len()
+                );
+            }
         }
     }
 
