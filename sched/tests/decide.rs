@@ -401,15 +401,7 @@ fn explanation_lists_every_candidate_with_components() {
 
 #[test]
 fn fractional_shares_follow_fgd() {
-    let frac = |used: &[u32]| GpuMode::Fractional {
-        shares: used
-            .iter()
-            .map(|m| FractionalShare {
-                milli: *m,
-                occupant: Occupant::busy("x"),
-            })
-            .collect(),
-    };
+    let frac = shares;
     let snap = Snapshot {
         gpus: vec![
             gpu(0, 0, frac(&[500])),
