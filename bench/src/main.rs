@@ -55,7 +55,9 @@ enum Cmd {
         /// class (gpu_milli < 1000, or num_gpu > 1) while its GPU demand so far is under P % of
         /// all GPU demand drawn so far, otherwise from the other GPU pods. `cpu=P`: round(P % of
         /// the list) pods drawn with replacement from the CPU-only pods, the rest from the GPU
-        /// pods. The list keeps its size; the draw is seeded with each run's seed.
+        /// pods. `gpuspec=P`: P % of the unconstrained GPU pods get one GPU model, drawn in
+        /// proportion to that model's GPUs on nodes large enough for the pod. The list keeps its
+        /// size; the draw is seeded with each run's seed.
         #[arg(long)]
         mix: Option<mix::Mix>,
         /// Where to write the JSON result.
@@ -344,7 +346,7 @@ fn sched_replay(
     for seed in &seeds {
         let list = match &mix {
             Some(m) => {
-                let list = m.apply(&pods, *seed)?;
+                let list = m.apply(&pods, &nodes, *seed)?;
                 eprintln!("mix {m} seed {seed}: {:.2} % measured", m.measure(&list));
                 list
             }
