@@ -5,9 +5,10 @@
 //! The published baselines are re-implemented here the way the simulator's score plugins
 //! compute them, including their integer scores and each plugin's GPU selection; equal scores go
 //! to the first node in the run's order (`REPLAY_RANDOM_TIE=1`: uniformly random, see
-//! `select_max`). The `vgpud` policy chooses the node by `sched::host_score` (fragmentation
-//! added in steps of [`HOST_TIE_GPUS`], then the capacity left on the GPU taken, then node
-//! order) and the GPU by `sched::decide`, treating every node as one host. `REPLAY_DEBUG=1`
+//! `select_max`). The `vgpud` policy chooses the node by `sched::host_score` (waste added to a
+//! thousandth of a GPU, then fragmentation added in steps of [`HOST_TIE_GPUS`], then the
+//! capacity left on the GPU taken, then node order) and the GPU by `sched::decide`, treating
+//! every node as one host. `REPLAY_DEBUG=1`
 //! prints the first failures and what is left on partly used GPUs at the end.
 
 use std::collections::HashMap;
@@ -371,9 +372,10 @@ impl<'a> Cluster<'a> {
         r
     }
 
-    /// vgpud's ranking key of node `i` for `pod` (lower is better): the fragmentation the
-    /// host's `sched::host_score` says the pod adds, in steps of [`HOST_TIE_GPUS`]; equal keys
-    /// go to the first node in order, as for the baselines.
+    /// vgpud's ranking key of node `i` for `pod` (lower is better): the waste the host's
+    /// `sched::host_score` says the pod adds (in thousandths of a GPU), then the fragmentation
+    /// it adds in steps of [`HOST_TIE_GPUS`]; equal keys go to the first node in order, as for
+    /// the baselines.
     fn vgpud_key(&mut self, i: usize, pod: &Pod) -> Option<(i64, i64, i64)> {
         let st = self.st.get(i)?;
         let (m, cpu, left) = st.key();
