@@ -3,27 +3,13 @@
 
 mod engine_common;
 
-use agent::engine::{
-    AmdPartition, Event, GpuSelector, Identity, Layout, LayoutEntry, LayoutState, SliceKind,
-};
+use agent::engine::{AmdPartition, Event, Identity, Layout, LayoutState, SliceKind};
 use engine_common::*;
 
 const A100: &str = "0000:07:00.0";
 
 fn mig_layout(profile: &str, count: u32) -> Layout {
-    Layout {
-        name: "gpu0".into(),
-        selector: GpuSelector {
-            addresses: vec![addr(A100)],
-            ..GpuSelector::default()
-        },
-        slices: vec![LayoutEntry {
-            slice_type: profile.into(),
-            count,
-        }],
-        amd: None,
-        mig: None,
-    }
+    gpu_layout(A100, &[(profile, count)])
 }
 
 fn profiles(e: &agent::engine::Engine) -> Vec<(String, u32)> {
@@ -201,21 +187,12 @@ const MI300X: &str = "0000:c1:00.0";
 
 fn amd_layout(compute: &str, memory: &str, vfs: Option<u32>, slices: u32) -> Layout {
     Layout {
-        name: "mi300x".into(),
-        selector: GpuSelector {
-            addresses: vec![addr(MI300X)],
-            ..GpuSelector::default()
-        },
-        slices: vec![LayoutEntry {
-            slice_type: "vf".into(),
-            count: slices,
-        }],
         amd: Some(AmdPartition {
             compute: compute.into(),
             memory: memory.into(),
             vfs,
         }),
-        mig: None,
+        ..gpu_layout(MI300X, &[("vf", slices)])
     }
 }
 

@@ -5,9 +5,7 @@
 
 mod engine_common;
 
-use agent::engine::{
-    GpuSelector, Identity, Layout, LayoutEntry, LayoutState, Slice, SliceKind, SliceState,
-};
+use agent::engine::{Identity, Layout, LayoutState, Slice, SliceKind, SliceState};
 use engine_common::*;
 use sim::{Profile, SimHost};
 
@@ -176,25 +174,10 @@ fn allocations_and_layouts_take_mig_backed_types_by_name() {
 
     mig_on(&h, H200B);
     let view = e
-        .set_layouts(vec![Layout {
-            name: "mig-vgpu".into(),
-            selector: GpuSelector {
-                addresses: vec![addr(H200B)],
-                ..GpuSelector::default()
-            },
-            slices: vec![
-                LayoutEntry {
-                    slice_type: "NVIDIA H200X-1-18C".into(),
-                    count: 3,
-                },
-                LayoutEntry {
-                    slice_type: "NVIDIA H200X-3-71C".into(),
-                    count: 1,
-                },
-            ],
-            amd: None,
-            mig: None,
-        }])
+        .set_layouts(vec![gpu_layout(
+            H200B,
+            &[("NVIDIA H200X-1-18C", 3), ("NVIDIA H200X-3-71C", 1)],
+        )])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
     let on_b = gis(&h, H200B);
@@ -361,25 +344,6 @@ fn mig_backed_vgpus_come_back_after_a_reboot_in_the_same_place() {
     assert!(again.recreated.is_empty(), "{again:?}");
 }
 
-fn layout(gpu: &str, entries: &[(&str, u32)]) -> Layout {
-    Layout {
-        name: format!("l-{gpu}"),
-        selector: GpuSelector {
-            addresses: vec![addr(gpu)],
-            ..GpuSelector::default()
-        },
-        slices: entries
-            .iter()
-            .map(|(t, n)| LayoutEntry {
-                slice_type: (*t).into(),
-                count: *n,
-            })
-            .collect(),
-        amd: None,
-        mig: None,
-    }
-}
-
 fn mode(h: &SimHost, gpu: &str) -> (bool, bool) {
     let m = h.nvml().mig_mode(index(h, gpu)).unwrap();
     (m.current, m.pending)
@@ -404,7 +368,7 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
     assert_eq!(mode(&h, H200), (false, false));
     // MIG-backed types: MIG goes on, then the GPU instances and vGPUs are made.
     let view = e
-        .set_layouts(vec![layout(H200, &[("NVIDIA H200X-1-18C", 2)])])
+        .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-1-18C", 2)])])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
     assert_eq!(mode(&h, H200), (true, true));
@@ -412,25 +376,27 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
     assert_eq!(typed_vfs(&h), 2);
     // Time-sliced types: the MIG-backed slices go, MIG goes off, the new vGPUs come.
     let view = e
-        .set_layouts(vec![layout(H200, &[("NVIDIA H200X-35C", 2)])])
+        .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-35C", 2)])])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
     assert_eq!(mode(&h, H200), (false, false));
     assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1421"; 2]);
     // A MIG profile named while MIG is off: accepted, MIG on, the instance made.
     let view = e
-        .set_layouts(vec![layout(H200, &[("2g.35gb", 1)])])
+        .set_layouts(vec![gpu_layout(H200, &[("2g.35gb", 1)])])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
     assert_eq!(mode(&h, H200), (true, true));
     assert_eq!(kinds_on(&e, H200).len(), 1);
     assert!(kinds_on(&e, H200)[0].starts_with("MIG 2g.35gb"));
     // Whole-GPU passthrough needs MIG off too.
-    let view = e.set_layouts(vec![layout(H200, &[("gpu", 1)])]).unwrap();
+    let view = e
+        .set_layouts(vec![gpu_layout(H200, &[("gpu", 1)])])
+        .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
     assert_eq!(driver(&h, addr(H200)).as_deref(), Some("vfio-pci"));
     // One GPU cannot want both modes: refused before anything is touched.
-    let mixed = layout(H200B, &[("NVIDIA H200X-1-18C", 1), ("NVIDIA H200X-35C", 1)]);
+    let mixed = gpu_layout(H200B, &[("NVIDIA H200X-1-18C", 1), ("NVIDIA H200X-35C", 1)]);
     refused_untouched(&e, mixed, "MIG mode on");
     assert_eq!(mode(&h, H200B), (false, false));
 }
@@ -452,7 +418,7 @@ fn a_layout_can_set_mig_mode_without_slices_and_must_agree_with_them() {
     let e = engine(&h, dir.path());
     let with_mode = |entries: &[(&str, u32)], mig: bool| Layout {
         mig: Some(mig),
-        ..layout(H200, entries)
+        ..gpu_layout(H200, entries)
     };
     // An empty layout with `mig: true` (mig-parted's `mig-enabled: true` with no devices).
     let view = e.set_layouts(vec![with_mode(&[], true)]).unwrap();
@@ -485,7 +451,7 @@ fn a_mig_mode_change_waits_for_allocated_and_foreign_slices() {
         .allocate(request("vm1", "NVIDIA H200X-35C", Some(H200)))
         .unwrap();
     let view = e
-        .set_layouts(vec![layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
+        .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
         .unwrap();
     let st = &view.status[0];
     assert_eq!(st.state, LayoutState::Pending, "{st:?}");
@@ -511,7 +477,7 @@ fn a_mig_mode_change_waits_for_allocated_and_foreign_slices() {
         TS,
     );
     let view = e
-        .set_layouts(vec![layout(H200B, &[("3g.71gb", 1)])])
+        .set_layouts(vec![gpu_layout(H200B, &[("3g.71gb", 1)])])
         .unwrap();
     let st = view.status.iter().find(|s| s.gpu == addr(H200B)).unwrap();
     assert_eq!(st.state, LayoutState::Pending, "{st:?}");
@@ -553,7 +519,7 @@ fn a_mig_mode_change_nvml_leaves_pending_waits_for_a_reset() {
     {
         let e = engine(&h, &state);
         let view = e
-            .set_layouts(vec![layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
+            .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
             .unwrap();
         let st = &view.status[0];
         assert_eq!(st.state, LayoutState::Pending, "{st:?}");
@@ -599,10 +565,10 @@ fn a_passthrough_layout_turns_mig_off_on_an_idle_a100_only() {
         .unwrap();
     nvml.create_gpu_instance(i, p.id, gpu::Placement { start: 0, size: 1 })
         .unwrap();
-    let mut second = layout(A100B, &[("gpu", 1)]);
+    let mut second = gpu_layout(A100B, &[("gpu", 1)]);
     second.name = "second".into();
     let view = e
-        .set_layouts(vec![layout(A100, &[("gpu", 1)]), second])
+        .set_layouts(vec![gpu_layout(A100, &[("gpu", 1)]), second])
         .unwrap();
     let of = |gpu: &str| view.status.iter().find(|s| s.gpu == addr(gpu)).unwrap();
     assert_eq!(of(A100).state, LayoutState::Applied, "{view:?}");

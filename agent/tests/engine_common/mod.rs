@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent::engine::{
-    AllocationRequest, CreateSlice, Engine, EngineConfig, Slice, SliceKind, SliceRequest, SliceSpec,
+    AllocationRequest, CreateSlice, Engine, EngineConfig, GpuSelector, Layout, LayoutEntry, Slice,
+    SliceKind, SliceRequest, SliceSpec,
 };
 use ids::PciAddress;
 use sim::{Profile, SimHost};
@@ -110,4 +111,25 @@ pub fn host_slices(sim: &SimHost) -> Vec<(PciAddress, inventory::ExistingSlice)>
         .iter()
         .flat_map(|g| g.slices.iter().map(move |s| (g.pci_address, s.clone())))
         .collect()
+}
+
+/// A layout for one GPU: `entries` are (slice type, count); no AMD partition, MIG mode as the
+/// slices imply.
+pub fn gpu_layout(gpu: &str, entries: &[(&str, u32)]) -> Layout {
+    Layout {
+        name: format!("l-{gpu}"),
+        selector: GpuSelector {
+            addresses: vec![addr(gpu)],
+            ..GpuSelector::default()
+        },
+        slices: entries
+            .iter()
+            .map(|(t, n)| LayoutEntry {
+                slice_type: (*t).into(),
+                count: *n,
+            })
+            .collect(),
+        amd: None,
+        mig: None,
+    }
 }
