@@ -227,6 +227,32 @@ fn id_parts(id: &Identity) -> Result<(u32, &MigProfileName)> {
     }
 }
 
+/// Creates a GPU instance of `profile` (named `name`) at slot `start`; a slot the profile
+/// cannot start at is a conflict.
+pub(super) fn create_gi(
+    host: &Host,
+    gpu: PciAddress,
+    index: u32,
+    profile: &GpuInstanceProfile,
+    name: &MigProfileName,
+    start: u32,
+) -> Result<GpuInstance> {
+    let size = placements(host, gpu, index, profile.id)?
+        .iter()
+        .find(|p| p.start == start)
+        .map(|p| p.size)
+        .ok_or_else(|| EngineError::Conflict(format!("{name} cannot start at slot {start}")))?;
+    host.nvml()?
+        .create_gpu_instance(index, profile.id, Placement { start, size })
+        .map_err(|e| {
+            host.nvml_err(
+                format!("cannot create MIG {name} at slot {start} on {gpu}"),
+                gpu,
+                e,
+            )
+        })
+}
+
 /// The GPU instance at `start`, if any.
 pub(super) fn at_start(
     host: &Host,
@@ -330,23 +356,7 @@ impl Backend for MigBackend {
                     gpu, gi.id
                 )));
             }
-            None => {
-                let size = placements(host, gpu, index, profile.id)?
-                    .iter()
-                    .find(|p| p.start == start)
-                    .map(|p| p.size)
-                    .ok_or_else(|| {
-                        EngineError::Conflict(format!("{name} cannot start at slot {start}"))
-                    })?;
-                nvml.create_gpu_instance(index, profile.id, Placement { start, size })
-                    .map_err(|e| {
-                        host.nvml_err(
-                            format!("cannot create MIG {name} at slot {start} on {}", gpu),
-                            gpu,
-                            e,
-                        )
-                    })?
-            }
+            None => create_gi(host, gpu, index, &profile, name, start)?,
         };
         if let Some(ci) = cis(host, gpu, index, gi.id)?.first() {
             return Ok(Handles {

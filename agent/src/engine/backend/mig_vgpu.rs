@@ -10,11 +10,11 @@
 //! no compute instances, no other vGPU in it. Both steps run under one create or destroy intent,
 //! so a crash between them is rolled back (create) or forward (destroy) by the reconciler.
 
-use gpu::{GpuInstance, GpuInstanceProfile, NvmlCode, Placement};
+use gpu::{GpuInstance, GpuInstanceProfile, NvmlCode};
 use ids::{MigProfileName, PciAddress, VgpuTypeId};
 
 use super::mig::{
-    at_start, check_start, cis, instances, mig_gpu, placements, plan_start, profile_by_name,
+    at_start, check_start, cis, create_gi, instances, mig_gpu, plan_start, profile_by_name,
 };
 use super::nvidia_vfio::{
     current, free_vfs, remove_type, type_infos, vf_handles, vfio_dev, write_type,
@@ -181,25 +181,7 @@ pub(super) fn realize(
         }
         // Left by an earlier attempt of this slice (its identity reserves the slot).
         (None, Some(gi)) => (gi, false),
-        (None, None) => {
-            let size = placements(host, gpu, index, profile.id)?
-                .iter()
-                .find(|p| p.start == start)
-                .map(|p| p.size)
-                .ok_or_else(|| {
-                    EngineError::Conflict(format!("{name} cannot start at slot {start}"))
-                })?;
-            let gi = nvml
-                .create_gpu_instance(index, profile.id, Placement { start, size })
-                .map_err(|e| {
-                    host.nvml_err(
-                        format!("cannot create MIG {name} at slot {start} on {gpu}"),
-                        gpu,
-                        e,
-                    )
-                })?;
-            (gi, true)
-        }
+        (None, None) => (create_gi(host, gpu, index, &profile, name, start)?, true),
     };
     match put_type(host, gpu, index, ty, vf, &profile, &gi) {
         Ok(()) => handles(host, vf, &gi),
