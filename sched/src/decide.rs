@@ -179,6 +179,15 @@ pub struct HostScore {
     pub reason: Option<String>,
 }
 
+impl HostScore {
+    /// The fragmentation-aware policy's scalar score (higher is better) from a placement's
+    /// added waste and fragmentation and the host's free capacity after it, all in GPUs: for
+    /// callers that measure a placement of several requests themselves.
+    pub fn frag_aware(waste_added: f64, frag_added: f64, host_free_after: f64) -> f64 {
+        -waste_added - frag_added - 0.001 * host_free_after
+    }
+}
+
 struct Cand {
     gpus: Vec<usize>,
     choices: Vec<SliceChoice>,
@@ -885,7 +894,7 @@ pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> Ho
     let frag_added = best.frag_added.unwrap_or(0.0);
     let waste_added = best.waste_added.unwrap_or(0.0);
     let score = match policy {
-        Policy::FragAware(_) => -waste_added - frag_added - 0.001 * host_free_after,
+        Policy::FragAware(_) => HostScore::frag_aware(waste_added, frag_added, host_free_after),
         Policy::Spread(_) => best.score.unwrap_or(0.0),
         Policy::BestFit | Policy::FirstFit => -host_free_after,
     };

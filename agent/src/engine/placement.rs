@@ -635,7 +635,9 @@ pub(crate) fn score(
     let added = frag(&view.snap) - before;
     let waste_added = waste(&view.snap) - waste_before;
     let score = match policy {
-        sched::Policy::FragAware(_) => -waste_added - added - 0.001 * hs.host_free_after,
+        sched::Policy::FragAware(_) => {
+            sched::HostScore::frag_aware(waste_added, added, hs.host_free_after)
+        }
         _ => hs.score,
     };
     Ok(PlacementScore {
