@@ -70,7 +70,7 @@ enum Cmd {
         #[arg(long)]
         pods: PathBuf,
         /// Arrivals per load, policy and seed (after a 10 % warm-up).
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 100_000)]
         arrivals: u64,
         /// Offered loads, comma-separated.
         #[arg(long, default_value = "0.6,0.8,1.0")]
@@ -307,6 +307,29 @@ fn parse_policies(s: &str) -> anyhow::Result<Vec<ReplayPolicy>> {
         .collect()
 }
 
+/// The pod list the published figures were measured on.
+const DEFAULT_POD_LIST: &str = "openb_pod_list_default.csv";
+
+/// Allocated share at the end minus BestFit's on the same seed, in points: the mean over the
+/// seeds and the worst seed. `None` when BestFit did not run.
+fn paired_vs_best_fit(
+    results: &[(ReplayPolicy, u64, replay::ReplayResult)],
+    p: ReplayPolicy,
+) -> Option<(f64, f64)> {
+    let diffs: Vec<f64> = results
+        .iter()
+        .filter(|(q, _, _)| *q == p)
+        .filter_map(|(_, seed, r)| {
+            let best_fit = results
+                .iter()
+                .find(|(q, s, _)| *q == ReplayPolicy::BestFit && s == seed)?;
+            Some(r.at_end - best_fit.2.at_end)
+        })
+        .collect();
+    let worst = diffs.iter().copied().reduce(f64::min)?;
+    Some((mean_sd(&diffs).0, worst))
+}
+
 /// Published means of the FGD paper on the default openb trace (allocated % at 130 %).
 fn published(p: ReplayPolicy) -> Option<f64> {
     match p {
@@ -330,7 +353,7 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 #[allow(clippy::too_many_arguments)]
 fn sched_replay(
     nodes: PathBuf,
-    pods: PathBuf,
+    pods_path: PathBuf,
     seeds: &str,
     policies: &str,
     load: f64,
@@ -339,7 +362,7 @@ fn sched_replay(
     json_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let nodes = openb::read_nodes(&nodes)?;
-    let pods = openb::read_pods(&pods)?;
+    let pods = openb::read_pods(&pods_path)?;
     let seeds = parse_seeds(seeds)?;
     // One re-weighted list per seed, shared by every policy so their runs stay paired.
     let mut lists = std::collections::HashMap::new();
@@ -390,35 +413,37 @@ fn sched_replay(
                         t.elapsed().as_secs_f64()
                     );
                     if let Ok(mut v) = results.lock() {
-                        v.push((p, r));
+                        v.push((p, seed, r));
                     }
                 }
             });
         }
     });
     let results = results.into_inner().unwrap_or_default();
+    // The published figures are for the default list; a variant or a mix has none.
+    let is_default_list =
+        mix.is_none() && pods_path.file_name() == Some(std::ffi::OsStr::new(DEFAULT_POD_LIST));
     let mut table = serde_json::Map::new();
     println!(
-        "{:<14} {:>9} {:>9} {:>7} {:>12} {:>10} {:>7}",
-        "policy", "alloc@100", "alloc@end", "stdev", "unallocated", "published", "diff"
+        "{:<14} {:>9} {:>9} {:>7} {:>12} {:>10} {:>7} {:>13}",
+        "policy",
+        "alloc@100",
+        "alloc@end",
+        "stdev",
+        "unallocated",
+        "published",
+        "diff",
+        "vs BestFit"
     );
     for p in &policies {
-        let at100: Vec<f64> = results
-            .iter()
-            .filter(|(q, _)| q == p)
-            .map(|(_, r)| r.at_100)
-            .collect();
-        let at_end: Vec<f64> = results
-            .iter()
-            .filter(|(q, _)| q == p)
-            .map(|(_, r)| r.at_end)
-            .collect();
-        let (m100, _) = mean_sd(&at100);
-        let (m, sd) = mean_sd(&at_end);
-        // Published figures are for the default list only.
-        let pubd = mix.is_none().then(|| published(*p)).flatten();
+        let runs: Vec<&(ReplayPolicy, u64, replay::ReplayResult)> =
+            results.iter().filter(|(q, _, _)| q == p).collect();
+        let (m100, _) = mean_sd(&runs.iter().map(|(_, _, r)| r.at_100).collect::<Vec<_>>());
+        let (m, sd) = mean_sd(&runs.iter().map(|(_, _, r)| r.at_end).collect::<Vec<_>>());
+        let pubd = is_default_list.then(|| published(*p)).flatten();
+        let vs_best_fit = paired_vs_best_fit(&results, *p);
         println!(
-            "{:<14} {:>8.2}% {:>8.2}% {:>7.2} {:>11.2}% {:>10} {:>7}",
+            "{:<14} {:>8.2}% {:>8.2}% {:>7.2} {:>11.2}% {:>10} {:>7} {:>13}",
             p.name(),
             m100,
             m,
@@ -426,10 +451,15 @@ fn sched_replay(
             100.0 - m,
             pubd.map_or("-".to_owned(), |x| format!("{x:.2}%")),
             pubd.map_or("-".to_owned(), |x| format!("{:+.2}", m - x)),
+            vs_best_fit.map_or("-".to_owned(), |(d, worst)| format!(
+                "{d:+.2} ({worst:+.2})"
+            )),
         );
         table.insert(
             p.name().to_owned(),
-            json!({"allocated_pct_at_100": m100, "allocated_pct_at_130": m, "stdev_at_130": sd}),
+            json!({"allocated_pct_at_100": m100, "allocated_pct_at_130": m, "stdev_at_130": sd,
+                   "vs_best_fit_pts": vs_best_fit.map(|(d, _)| d),
+                   "vs_best_fit_worst_seed_pts": vs_best_fit.map(|(_, w)| w)}),
         );
     }
     println!(
@@ -440,7 +470,8 @@ fn sched_replay(
     );
     if let Some(out) = json_out {
         let mix = mix.map(|m| m.to_string());
-        let doc = json!({"policies": table, "seeds": seeds, "load_pct": load, "mix": mix});
+        let doc = json!({"policies": table, "seeds": seeds, "load_pct": load, "mix": mix,
+                         "pods": pods_path.display().to_string()});
         std::fs::write(&out, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
@@ -473,5 +504,40 @@ fn main() -> anyhow::Result<()> {
             seed,
             json,
         } => sched_latency(live, decisions, seed, json),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at_end(at_end: f64) -> replay::ReplayResult {
+        replay::ReplayResult {
+            at_100: 0.0,
+            at_end,
+            failed: 0,
+            pods: 0,
+        }
+    }
+
+    #[test]
+    fn replay_pairs_each_policy_with_best_fit_by_seed() {
+        // Listed out of seed order, as the worker threads finish them.
+        let results = vec![
+            (ReplayPolicy::Vgpud, 43, at_end(95.0)),
+            (ReplayPolicy::BestFit, 42, at_end(93.0)),
+            (ReplayPolicy::Vgpud, 42, at_end(92.5)),
+            (ReplayPolicy::BestFit, 43, at_end(91.0)),
+        ];
+        let (mean, worst) = paired_vs_best_fit(&results, ReplayPolicy::Vgpud).unwrap();
+        // Seed 42: −0.5; seed 43: +4.0.
+        assert!((mean - 1.75).abs() < 1e-9, "{mean}");
+        assert!((worst + 0.5).abs() < 1e-9, "{worst}");
+        assert_eq!(paired_vs_best_fit(&results, ReplayPolicy::Fgd), None);
+        let without_best_fit = vec![(ReplayPolicy::Vgpud, 42, at_end(95.0))];
+        assert_eq!(
+            paired_vs_best_fit(&without_best_fit, ReplayPolicy::Vgpud),
+            None
+        );
     }
 }
