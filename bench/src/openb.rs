@@ -59,32 +59,44 @@ impl Pod {
     }
 }
 
-fn columns(header: &str, want: &[&str], file: &Path) -> anyhow::Result<Vec<usize>> {
+/// Where each wanted column sits in the header: `None` for an optional column the file lacks.
+fn columns(
+    header: &str,
+    want: &[&str],
+    optional: &[&str],
+    file: &Path,
+) -> anyhow::Result<Vec<Option<usize>>> {
     let names: Vec<&str> = header.trim().split(',').collect();
     want.iter()
         .map(|w| {
-            names
-                .iter()
-                .position(|n| n == w)
-                .with_context(|| format!("{} has no column {w:?}", file.display()))
+            let at = names.iter().position(|n| n == w);
+            if at.is_none() && !optional.contains(w) {
+                bail!("{} has no column {w:?}", file.display());
+            }
+            Ok(at)
         })
         .collect()
 }
 
-fn rows(file: &Path, want: &[&str]) -> anyhow::Result<Vec<Vec<String>>> {
+/// The `want` fields of every data row, in that order. Columns named in `optional` may be
+/// missing from the file (the openb `multigpu*` lists have no `gpu_spec`): they read as empty.
+fn rows(file: &Path, want: &[&str], optional: &[&str]) -> anyhow::Result<Vec<Vec<String>>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let mut lines = text.lines();
     let header = lines
         .next()
         .with_context(|| format!("{} is empty", file.display()))?;
-    let idx = columns(header, want, file)?;
+    let idx = columns(header, want, optional, file)?;
     let mut out = Vec::new();
     for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let fields: Vec<&str> = line.split(',').collect();
         let row = idx
             .iter()
-            .map(|i| fields.get(*i).map(|s| s.trim().to_owned()))
+            .map(|i| match i {
+                Some(i) => fields.get(*i).map(|s| s.trim().to_owned()),
+                None => Some(String::new()),
+            })
             .collect::<Option<Vec<_>>>()
             .with_context(|| format!("{} line {}: too few fields", file.display(), n + 2))?;
         out.push(row);
@@ -100,18 +112,22 @@ fn num<T: std::str::FromStr>(s: &str, what: &str, file: &Path) -> anyhow::Result
 
 /// Reads a node list.
 pub fn read_nodes(file: &Path) -> anyhow::Result<Vec<Node>> {
-    let nodes: Vec<Node> = rows(file, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?
-        .into_iter()
-        .map(|r| {
-            Ok(Node {
-                name: r[0].clone(),
-                cpu_milli: num(&r[1], "cpu_milli", file)?,
-                memory_mib: num(&r[2], "memory_mib", file)?,
-                gpus: num(&r[3], "gpu", file)?,
-                model: r[4].clone(),
-            })
+    let nodes: Vec<Node> = rows(
+        file,
+        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
+        &[],
+    )?
+    .into_iter()
+    .map(|r| {
+        Ok(Node {
+            name: r[0].clone(),
+            cpu_milli: num(&r[1], "cpu_milli", file)?,
+            memory_mib: num(&r[2], "memory_mib", file)?,
+            gpus: num(&r[3], "gpu", file)?,
+            model: r[4].clone(),
         })
-        .collect::<anyhow::Result<_>>()?;
+    })
+    .collect::<anyhow::Result<_>>()?;
     if let Some(n) = nodes.iter().find(|n| n.gpus > 8) {
         bail!(
             "node {} has {} GPUs; at most 8 are supported",
@@ -131,7 +147,7 @@ pub fn read_pods(file: &Path) -> anyhow::Result<Vec<Pod>> {
         "gpu_milli",
         "gpu_spec",
     ];
-    rows(file, &want)?
+    rows(file, &want, &["gpu_spec"])?
         .into_iter()
         .map(|r| {
             let pod = Pod {
@@ -207,7 +223,7 @@ pub fn typical_pods(pods: &[Pod], threshold_pct: f64) -> Vec<Typical> {
 /// Reads a pod list with each pod's lifetime (`deletion_time - creation_time`, seconds).
 pub fn read_pods_with_lifetime(file: &Path) -> anyhow::Result<Vec<(Pod, f64)>> {
     let pods = read_pods(file)?;
-    let times = rows(file, &["creation_time", "deletion_time"])?;
+    let times = rows(file, &["creation_time", "deletion_time"], &[])?;
     Ok(pods
         .into_iter()
         .zip(times)
@@ -217,4 +233,46 @@ pub fn read_pods_with_lifetime(file: &Path) -> anyhow::Result<Vec<(Pod, f64)>> {
             (p, (d - c).max(0.0))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_pod_list_without_gpu_spec_reads_as_unconstrained() {
+        // The shape of the openb multigpu* lists: five columns.
+        let f = file(
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,88000,327680,8,1000\np1,4000,15258,1,220\n",
+        );
+        let pods = read_pods(f.path()).unwrap();
+        assert_eq!(pods.len(), 2);
+        assert_eq!((pods[0].num_gpu, pods[1].gpu_milli), (8, 220));
+        assert!(
+            pods.iter()
+                .all(|p| p.gpu_spec.is_empty() && p.accepts("V100M32"))
+        );
+    }
+
+    #[test]
+    fn a_missing_required_column_is_named() {
+        let f = file("name,cpu_milli,num_gpu,gpu_milli\np0,1000,1,500\n");
+        let err = read_pods(f.path()).unwrap_err().to_string();
+        assert!(err.contains("no column \"memory_mib\""), "{err}");
+    }
+
+    #[test]
+    fn a_gpu_spec_column_is_read_when_present() {
+        let f = file(
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,2048,1,500,G2|T4\n",
+        );
+        let pods = read_pods(f.path()).unwrap();
+        assert!(pods[0].accepts("T4") && !pods[0].accepts("V100M32"));
+    }
 }
