@@ -196,8 +196,6 @@ struct Cluster<'a> {
     vgpud: Option<Policy>,
     vgpud_memo: HashMap<VgpudMemoKey, Option<(i64, i64, i64)>>,
     first_tie: bool,
-    /// CPU the trace's GPU pods ask per thousandth of a GPU.
-    cpu_per_gpu_milli: f64,
     /// Shares placed on each GPU, kept only for `REPLAY_DEBUG`.
     debug_shares: Option<Vec<Vec<Vec<u32>>>>,
 }
@@ -227,7 +225,6 @@ impl<'a> Cluster<'a> {
             vgpud: None,
             vgpud_memo: HashMap::new(),
             first_tie: std::env::var_os("REPLAY_RANDOM_TIE").is_none(),
-            cpu_per_gpu_milli: 0.0,
             debug_shares: None,
         }
     }
@@ -399,15 +396,14 @@ impl<'a> Cluster<'a> {
             let waste = sched::waste(&after, w).ok()? - sched::waste(&snap, w).ok()?;
             let frag =
                 sched::fragmentation(&after, w).ok()? - sched::fragmentation(&snap, w).ok()?;
-            // Equal waste and fragmentation: the node with the most CPU to spare for its free
-            // GPUs, so CPU-only pods do not take the CPU that GPU pods will need there.
-            let cpu_after = st.cpu_left - i64::from(pod.cpu_milli);
-            let surplus =
-                cpu_after as f64 - self.cpu_per_gpu_milli * f64::from(st.gpu_left_total());
+            // Equal waste and fragmentation: the first node in order, so CPU-only pods pack onto
+            // few nodes and leave the others' CPUs whole for GPU pods that need many. (Sending
+            // them to the node with the most CPU to spare spread them over every node and cost
+            // 1.8-2.1 points on the CPU-heavy openb lists cpu235/cpu250; BENCHMARKS.md §1.)
             Some((
                 (waste * 1000.0).round() as i64,
                 (frag / HOST_TIE_GPUS).round() as i64,
-                -(surplus.round() as i64),
+                0,
             ))
         } else {
             // Equal fragmentation: best fit on the GPU(s) taken, as `decide` ranks GPUs.
@@ -690,10 +686,6 @@ pub fn replay(
         // The whole observed mix, rare large shapes included: an 8-GPU pod is 0.5 % of pods
         // and falls outside FGD's 95 % cut, yet it is what empty nodes must be kept for.
         cluster.vgpud = Some(vgpud_policy(&typical_pods(original, 100.0)));
-        let gpu_pods = original.iter().filter(|p| p.num_gpu > 0);
-        let cpu: f64 = gpu_pods.clone().map(|p| f64::from(p.cpu_milli)).sum();
-        let milli: f64 = gpu_pods.map(|p| p.total_milli() as f64).sum();
-        cluster.cpu_per_gpu_milli = if milli > 0.0 { cpu / milli } else { 0.0 };
     }
     // The simulator names nodes with a random prefix, so equal scores do not favour file order.
     let mut order: Vec<usize> = (0..nodes.len()).collect();
