@@ -478,10 +478,11 @@ fn pick_numa(
         .map(|i| (Some(i), false))
 }
 
-/// The best slice choice on one GPU for the policy (the GPU's own view, used to build sets).
+/// The best slice choice on one GPU for the policy (the GPU's own view, used to build sets),
+/// each choice measured on `scratch`, the host changed and restored in place.
 fn best_choice(
     snap: &Snapshot,
-    host: &HostCaps,
+    scratch: &mut HostCaps,
     gpu: usize,
     choices: &[SliceChoice],
     policy: &Policy,
@@ -490,16 +491,16 @@ fn best_choice(
 ) -> Option<SliceChoice> {
     match policy {
         Policy::FragAware(_) if choices.len() > 1 => {
-            let g = snap.gpus.get(gpu)?;
+            snap.gpus.get(gpu)?;
             choices
                 .iter()
                 .map(|c| {
-                    let mut h = host.clone();
-                    if let Some(cap) = h.caps.get_mut(gpu) {
-                        cap.apply(g, c);
-                    }
-                    let w = waste.waste_with(snap, base, &h, &[gpu]);
-                    (w, host_frag(snap, &h, workload), c)
+                    let undo =
+                        apply_candidate(snap, scratch, &[gpu], std::slice::from_ref(c), None);
+                    let w = waste.waste_with(snap, base, scratch, &[gpu]);
+                    let frag = host_frag(snap, scratch, workload);
+                    undo.restore(scratch);
+                    (w, frag, c)
                 })
                 .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
                 .map(|(_, _, c)| c.clone())
@@ -601,7 +602,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                         .find(|(i, _, _)| i == g)
                         .map(|(_, cs, _)| cs)?;
                     let waste = (&mut waste, &waste_base);
-                    best_choice(snap, &host, *g, cs, policy, workload, waste)
+                    best_choice(snap, &mut scratch, *g, cs, policy, workload, waste)
                 })
                 .collect();
             per.into_iter().collect()
@@ -634,7 +635,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                 .map(|(gpu, cap)| cap.occupancy(gpu))
                 .sum::<f64>()
                 / set.len() as f64;
-            let undo = apply_candidate(snap, &mut scratch, &set, &choices, numa, req);
+            let undo = apply_candidate(snap, &mut scratch, &set, &choices, numa.map(|n| (n, req)));
             let after = &scratch;
             let free_after = set
                 .iter()
@@ -718,15 +719,14 @@ impl Undo {
     }
 }
 
-/// Takes a candidate's slices out of `host`'s GPUs and its CPUs and memory out of NUMA node
-/// `numa`; returns how to undo it.
+/// Takes a candidate's slices out of `host`'s GPUs and, given a NUMA node, the request's CPUs
+/// and memory out of it; returns how to undo it.
 fn apply_candidate(
     snap: &Snapshot,
     host: &mut HostCaps,
     set: &[usize],
     choices: &[SliceChoice],
-    numa: Option<usize>,
-    req: &Request,
+    numa: Option<(usize, &Request)>,
 ) -> Undo {
     let mut undo = Undo {
         caps: Vec::with_capacity(set.len()),
@@ -738,7 +738,7 @@ fn apply_candidate(
             cap.apply(gpu, c);
         }
     }
-    if let Some(n) = numa
+    if let Some((n, req)) = numa
         && let (Some(c), Some(m)) = (host.numa_cpu.get_mut(n), host.numa_mem.get_mut(n))
     {
         undo.numa = Some((n, *c, *m));
