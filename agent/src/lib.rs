@@ -1,12 +1,12 @@
 //! The vgpud agent: the slice engine, the one internal service interface every front end uses,
-//! the configuration, and the wiring of host-access implementations (real or simulated).
+//! VM pinning through libvirt, and the configuration.
 //!
-//! This crate must not parse HTTP or D-Bus; those front ends live in `api`, and the `vgpud`
-//! binary (crate `vgpud`) puts the two together.
+//! This crate must not parse HTTP or D-Bus (those front ends live in `api`), and it never knows
+//! whether its host is real or simulated: it works on the [`inventory::HostAccess`] it is given.
+//! Choosing and opening a host (real, a sysfs tree, the simulator) is `hostwire`'s job, and the
+//! `vgpud` binary puts the pieces together.
 
-pub mod capture;
 pub mod config;
 pub mod engine;
-pub mod host;
 pub mod pinning;
 pub mod service;

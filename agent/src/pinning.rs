@@ -11,7 +11,6 @@
 //! This module must not decide placements (the scheduler does) or keep state of its own beyond
 //! the connection: what was applied lives in the domain's metadata and in the allocation.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
@@ -43,6 +42,9 @@ pub struct PinningConfig {
     pub memory_mode: MemoryMode,
     /// Show the slices' locality to guests (guest NUMA cells, `pcie-expander-bus`).
     pub guest_numa: bool,
+    /// The host's NUMA topology to plan against when libvirt's capabilities describe none (its
+    /// test driver, whose host file the wiring wrote); `None`: libvirt's, else the inventory's.
+    pub topology: Option<HostTopology>,
 }
 
 impl PinningConfig {
@@ -53,6 +55,7 @@ impl PinningConfig {
             reserved_cpus: CpuSet::default(),
             memory_mode: MemoryMode::Strict,
             guest_numa: false,
+            topology: None,
         }
     }
 
@@ -77,6 +80,7 @@ impl PinningConfig {
             reserved_cpus: reserved,
             memory_mode,
             guest_numa: config.libvirt.guest_numa,
+            topology: None,
         }))
     }
 }
@@ -183,13 +187,13 @@ impl Pinner {
         Ok(hv)
     }
 
-    /// The host as planning sees it: libvirt's NUMA cells, else the cells of a vgpud test-host
-    /// file, else the inventory's nodes; with the configured reserved CPUs.
+    /// The host as planning sees it: libvirt's NUMA cells, else the configured topology, else
+    /// the inventory's nodes; with the configured reserved CPUs.
     fn topology(&self, hv: &Hypervisor, inventory: &HostInventory) -> Result<HostTopology> {
         let mut topology = match hv.host_topology().map_err(vmpin_error)? {
             Some(t) => t,
-            None => match test_host_file(&self.config.uri) {
-                Some(path) => vmpin::testhost::read_topology(path).map_err(vmpin_error)?,
+            None => match &self.config.topology {
+                Some(t) => t.clone(),
                 None => topology_of(inventory, &CpuSet::default())?,
             },
         };
@@ -491,14 +495,8 @@ fn pinning_of(
     }
 }
 
-/// The file behind a `test:///abs/path` URI (not `test:///default`).
-fn test_host_file(uri: &str) -> Option<&Path> {
-    let path = uri.strip_prefix("test://")?;
-    (path != "/default" && path.starts_with('/')).then(|| Path::new(path))
-}
-
-/// The inventory's NUMA nodes as planning sees them.
-fn topology_of(inventory: &HostInventory, reserved: &CpuSet) -> Result<HostTopology> {
+/// The inventory's NUMA nodes as planning sees them, with `reserved` kept for the host.
+pub fn topology_of(inventory: &HostInventory, reserved: &CpuSet) -> Result<HostTopology> {
     let mut nodes = Vec::new();
     for n in &inventory.numa_nodes {
         let cpus = n.cpus.parse::<CpuSet>().map_err(|e| {
@@ -519,39 +517,6 @@ fn topology_of(inventory: &HostInventory, reserved: &CpuSet) -> Result<HostTopol
         nodes,
         reserved_cpus: reserved.clone(),
     })
-}
-
-/// Writes a libvirt test-driver host file for a (simulated) host: its NUMA nodes, CPUs and
-/// memory, its GPUs as PCI node devices, and the demo VM; returns the `test:///` URI.
-pub fn write_sim_host(
-    inventory: &HostInventory,
-    reserved: &CpuSet,
-    path: &Path,
-) -> anyhow::Result<String> {
-    let topology = topology_of(inventory, reserved).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let gpus: Vec<vmpin::testhost::TestGpu> = inventory
-        .gpus
-        .iter()
-        .map(|g| vmpin::testhost::TestGpu {
-            address: g.pci_address,
-            node: g.numa_node.unwrap_or(NumaNodeId(0)),
-            vendor_id: hex16(&g.vendor_id),
-            device_id: hex16(&g.device_id),
-            product: g.model.clone(),
-        })
-        .collect();
-    let path = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()?.join(path)
-    };
-    Ok(vmpin::testhost::write_host_file(
-        &path, &topology, &gpus, true,
-    )?)
-}
-
-fn hex16(s: &str) -> u16 {
-    u16::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0)
 }
 
 /// Maps a pinning failure to the engine's error codes.

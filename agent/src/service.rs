@@ -175,35 +175,6 @@ impl Service {
         }
     }
 
-    /// A service as `vgpud.toml` describes it. With `sim`, the host is simulated and libvirt is
-    /// its test driver: a host file with the simulated NUMA nodes, CPUs and memory (and the demo
-    /// VM `vgpud-demo-vm`) is written to `<state_dir>/libvirt-test-host.xml` and opened, so
-    /// pinning is checked against the topology the scheduler sees.
-    pub fn from_config(engine: Engine, config: &Config, sim: bool) -> anyhow::Result<Self> {
-        let mut options = ServiceOptions::from_config(config)?;
-        if sim {
-            let reserved = options
-                .pinning
-                .as_ref()
-                .map(|p| p.reserved_cpus.clone())
-                .unwrap_or_default();
-            let path = engine.state_dir().join("libvirt-test-host.xml");
-            match crate::pinning::write_sim_host(&engine.inventory(), &reserved, &path) {
-                Ok(uri) => {
-                    let mut pinning = options.pinning.unwrap_or_else(|| PinningConfig::new(&uri));
-                    pinning.uri = uri;
-                    options.pinning = Some(pinning);
-                }
-                Err(e) => {
-                    // A simulated host without NUMA nodes has nothing to pin to.
-                    tracing::warn!(error = %format!("{e:#}"), "no libvirt test host for the simulated host; VM pinning is off");
-                    options.pinning = None;
-                }
-            }
-        }
-        Ok(Self::with_options(engine, options))
-    }
-
     /// The engine underneath (for the daemon's own housekeeping: reconcile loop, shutdown).
     pub fn engine(&self) -> &Engine {
         &self.engine

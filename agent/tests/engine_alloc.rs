@@ -1,13 +1,11 @@
 //! Allocation: reuse, creation on demand, idempotency, races, release.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 
 use agent::engine::{CreateSlice, Event, OwnerRequest, SliceState};
-use engine_common::*;
+use testkit::*;
 
 const T4: &str = "0000:41:00.0";
 

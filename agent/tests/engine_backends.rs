@@ -1,13 +1,11 @@
 //! Every backend's create, observe and destroy on the simulator, with its error cases.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use std::time::{Duration, Instant};
 
 use agent::engine::{Identity, SliceKind, SliceState};
-use engine_common::*;
 use sim::VfioDevice;
+use testkit::*;
 
 const T4: &str = "0000:41:00.0";
 const T4B: &str = "0000:42:00.0";

@@ -1,10 +1,8 @@
 //! Declarative layouts (diff-based, pending while allocated) and imports.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use agent::engine::{AmdPartition, Event, Identity, Layout, LayoutState, SliceKind};
-use engine_common::*;
+use testkit::*;
 
 const A100: &str = "0000:07:00.0";
 

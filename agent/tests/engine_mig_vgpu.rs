@@ -3,11 +3,9 @@
 //! crash between them, reboot. Layouts that turn MIG mode on or off for their slices.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use agent::engine::{Identity, Layout, LayoutState, Slice, SliceKind, SliceState};
-use engine_common::*;
 use sim::{Profile, SimHost};
+use testkit::*;
 
 const H200: &str = "0000:18:00.0";
 const H200B: &str = "0000:2a:00.0";

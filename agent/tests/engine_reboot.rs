@@ -1,13 +1,11 @@
 //! Host reboots between two engine instances, and the state directory's single owner.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use std::collections::BTreeMap;
 
 use agent::engine::{Engine, Event, Identity, SliceKind, SliceState};
-use engine_common::*;
 use sim::{Profile, SimHost};
+use testkit::*;
 
 const T4: &str = "0000:41:00.0";
 const T4B: &str = "0000:42:00.0";
@@ -118,7 +116,7 @@ fn a_second_engine_on_the_same_state_dir_is_refused() {
     let h = sim("single-gpu");
     let dir = tempfile::tempdir().unwrap();
     let first = engine(&h, dir.path());
-    let cfg = agent::engine::EngineConfig::new(dir.path(), agent::host::sim_access(&h));
+    let cfg = agent::engine::EngineConfig::new(dir.path(), testkit::sim_access(&h));
     let err = Engine::open(cfg).unwrap_err();
     assert_eq!(err.code(), "store_error");
     let text = sysfs::error_chain(&err);
@@ -141,7 +139,7 @@ fn a_corrupt_state_file_stops_the_engine_with_a_remedy() {
     let n = bytes.len();
     bytes[n - 10] ^= 0x20;
     std::fs::write(&path, bytes).unwrap();
-    let cfg = agent::engine::EngineConfig::new(dir.path(), agent::host::sim_access(&h));
+    let cfg = agent::engine::EngineConfig::new(dir.path(), testkit::sim_access(&h));
     let text = sysfs::error_chain(&Engine::open(cfg).unwrap_err());
     assert!(
         text.contains("corrupt") && text.contains("move it aside"),

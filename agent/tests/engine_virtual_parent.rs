@@ -3,14 +3,12 @@
 //! reboot (tests/rig/checks/src/engine_phases.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use std::path::Path;
 
 use agent::engine::{DeviceRef, SliceKind, SliceRequest, SliceState};
-use engine_common::*;
 use ids::{MdevParentName, MdevTypeId, MdevUuid};
 use sim::{Profile, SimHost};
+use testkit::*;
 
 fn rig_profile() -> Profile {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/rig/rig-guest.toml");

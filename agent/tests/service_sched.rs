@@ -2,11 +2,9 @@
 //! placement score, GPU detail and defragmentation advice, on simulated hosts.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use agent::engine::{AllocationRequest, Identity, NumaPolicy, Slice, SliceKind, SliceRequest};
 use agent::service::{GpuHealth, Service, ServiceOptions};
-use engine_common::*;
+use testkit::*;
 
 const GPU0: &str = "0000:07:00.0";
 

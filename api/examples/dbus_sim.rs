@@ -13,8 +13,8 @@ use std::error::Error;
 use std::path::PathBuf;
 
 use agent::engine::{Engine, EngineConfig};
-use agent::host::{HostChoice, open_sim, sim_access};
 use agent::service::Service;
+use hostwire::{HostChoice, open_sim, sim_access};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {

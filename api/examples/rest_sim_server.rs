@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let dir = tempfile::tempdir()?;
     let sim = sim::SimHost::new(sim::Profile::builtin(&profile)?)?;
-    let engine = Engine::open(EngineConfig::new(dir.path(), agent::host::sim_access(&sim)))?;
+    let engine = Engine::open(EngineConfig::new(dir.path(), hostwire::sim_access(&sim)))?;
     engine.reconcile()?;
     let router = rest::router(Service::new(engine), RestOptions::default())
         .layer(middleware::from_fn(trusted));

@@ -10,7 +10,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::engine::{Engine, EngineConfig};
 use agent::service::Service;
 use api::dbus::{self, BUS_NAME, DbusOptions, MANAGER_PATH, PolkitTimeouts};
 use serde::Serialize;
@@ -204,15 +203,9 @@ struct Agent {
 }
 
 fn engine_on(profile: &str) -> (Service, sim::SimHost, tempfile::TempDir) {
-    let sim = sim::SimHost::new(sim::Profile::builtin(profile).unwrap()).unwrap();
     let state = tempfile::tempdir().unwrap();
-    let engine = Engine::open(EngineConfig::new(
-        state.path(),
-        agent::host::sim_access(&sim),
-    ))
-    .unwrap();
-    engine.reconcile().unwrap();
-    (Service::new(engine), sim, state)
+    let (sim, service) = testkit::service(profile, state.path());
+    (service, sim, state)
 }
 
 async fn serve_on(bus: &Bus, service: Service, options: DbusOptions) -> zbus::Result<Connection> {

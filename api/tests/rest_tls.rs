@@ -86,10 +86,9 @@ async fn start(pki: &Pki) -> Server {
         )),
     };
     let state = dir.path().join("state");
-    let (_sim, service) =
-        tokio::task::spawn_blocking(move || rest_common::service_on("dgx-a100", &state))
-            .await
-            .unwrap();
+    let (_sim, service) = tokio::task::spawn_blocking(move || testkit::service("dgx-a100", &state))
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = rest::router(service.clone(), RestOptions::default());
@@ -294,7 +293,7 @@ async fn a_tcp_listener_without_authentication_does_not_start() {
     std::fs::write(&key, &server.key_pem).unwrap();
     let state = dir.path().join("state");
     let (_sim, service) =
-        tokio::task::spawn_blocking(move || rest_common::service_on("single-gpu", &state))
+        tokio::task::spawn_blocking(move || testkit::service("single-gpu", &state))
             .await
             .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

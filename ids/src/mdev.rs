@@ -16,10 +16,6 @@ impl MdevUuid {
     pub fn new_random() -> Self {
         Self(uuid::Uuid::new_v4())
     }
-    /// The underlying UUID.
-    pub fn as_uuid(&self) -> &uuid::Uuid {
-        &self.0
-    }
 }
 
 impl FromStr for MdevUuid {

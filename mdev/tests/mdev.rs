@@ -6,7 +6,7 @@ mod common;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use common::{EXISTING, Host, MTTY, T4, T4_NAME};
+use common::{EXISTING, Host, MTTY, MdevHost, T4, T4_NAME};
 use ids::{IommuGroupId, MdevParentName, MdevTypeId, MdevUuid};
 use mdev::*;
 

@@ -149,13 +149,6 @@ impl SimHost {
         self.store.peek(|s| s.profile.clone())
     }
 
-    /// The whole model as JSON (what `host.json` holds), for debugging and demos.
-    pub fn state_json(&self) -> Result<String, SimError> {
-        self.store
-            .read(|v| serde_json::to_string_pretty(v.state))?
-            .map_err(SimError::Encode)
-    }
-
     /// Host reboot: mdevs, VFs, vGPU types, MIG GPU/compute instances, driver overrides and
     /// in-use flags are gone, every device is back on its default driver, faults and pending
     /// Xids are cleared; hardware, removed GPUs, MIG mode (a pending change takes effect) and AMD

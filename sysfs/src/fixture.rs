@@ -1,5 +1,6 @@
-//! Test and tooling helpers: a builder for sysfs-shaped directory trees, and [`Probe`], a sysfs
-//! wrapper that records writes and injects failures.
+//! Test and tooling helpers: a builder for sysfs-shaped directory trees, a fixture host in a
+//! temporary directory ([`TempHost`]), and [`Probe`], a sysfs wrapper that records writes and
+//! injects failures.
 //!
 //! The tree is written to a real directory so [`crate::RealSysfs`] reads it through the same code
 //! path as on a host, links included. Panics on I/O errors and poisoned locks: these are test
@@ -77,6 +78,52 @@ impl Tree {
     pub fn link_to(&self, host_path: &str, target: &str) -> &Self {
         let dir = host_path.rsplit_once('/').map_or("/", |(d, _)| d);
         self.link(host_path, &relative(dir, target))
+    }
+}
+
+/// A fixture host: a sysfs-shaped tree in its own temporary directory (removed when dropped),
+/// read through [`RealSysfs`] as a host's would be. Device crates' tests build their fixture
+/// hosts on it.
+#[derive(Debug)]
+pub struct TempHost {
+    /// The temporary directory the host's `/` maps to.
+    pub dir: tempfile::TempDir,
+    /// Writes the host's files, directories and links.
+    pub tree: Tree,
+}
+
+impl TempHost {
+    /// An empty host.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("create fixture directory");
+        let tree = Tree::new(dir.path());
+        Self { dir, tree }
+    }
+
+    /// The host's sysfs.
+    pub fn fs(&self) -> RealSysfs {
+        RealSysfs::new(self.dir.path())
+    }
+
+    /// The host's sysfs behind a [`Probe`].
+    pub fn probe(&self) -> Probe {
+        Probe::new(self.fs())
+    }
+
+    /// Links `link` (absolute) to `target` (absolute) with a kernel-style relative target.
+    pub fn link(&self, link: &str, target: &str) {
+        self.tree.link_to(link, target);
+    }
+
+    /// Host path → backing path in the temporary directory.
+    pub fn backing(&self, host_path: &str) -> PathBuf {
+        self.dir.path().join(host_path.trim_start_matches('/'))
+    }
+}
+
+impl Default for TempHost {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -5,8 +5,9 @@ mod common;
 
 use std::os::unix::ffi::OsStrExt;
 
-use common::{Host, relative};
+use common::{Host, PciHost};
 use ids::{IommuGroupId, NumaNodeId, PciAddress, PciDeviceId, PciVendorId};
+use sysfs::fixture::relative;
 use vfio::{NumaSource, PcieLink, VfioError, list_devices, read_device};
 
 fn addr(s: &str) -> PciAddress {
@@ -87,7 +88,7 @@ fn own_numa_node_wins_and_unknown_stays_unknown() {
 
 #[test]
 fn nearest_bridge_with_a_node_is_used() {
-    let host = Host::new();
+    let host = Host::empty();
     host.bridge("pci0000:c0/0000:c0:01.1", "3");
     host.bridge("pci0000:c0/0000:c0:01.1/0000:c1:00.0", "-1");
     host.bridge("pci0000:c0/0000:c0:01.1/0000:c1:00.0/0000:c2:10.0", "-1");
@@ -297,7 +298,7 @@ fn listing_reports_bad_names_beside_the_rest() {
 
 #[test]
 fn listing_without_pci_bus_fails() {
-    let host = Host::new();
+    let host = Host::empty();
     std::fs::remove_dir_all(host.dir.path().join("sys/bus/pci")).unwrap();
     assert_eq!(
         list_devices(&host.fs()).unwrap_err().errno(),

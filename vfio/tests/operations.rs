@@ -8,9 +8,10 @@ mod common;
 
 use std::path::Path;
 
-use common::{Host, Probe};
+use common::{Host, PciHost};
 use ids::{IommuGroupId, PciAddress, VgpuTypeId};
 use sysfs::SysfsExt;
+use sysfs::fixture::Probe;
 use vfio::*;
 
 fn addr(s: &str) -> PciAddress {

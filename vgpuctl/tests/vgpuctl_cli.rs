@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use agent::engine::{Engine, EngineConfig};
-use agent::service::Service;
-use api::rest::{self, RestOptions};
+use api::rest::RestOptions;
 use serde_json::Value;
+use testkit::RestServer;
 
 const A100: &str = "0000:07:00.0";
 
@@ -16,43 +15,22 @@ struct Served {
     dir: tempfile::TempDir,
     socket: PathBuf,
     _sim: sim::SimHost,
+    _server: RestServer,
 }
 
 async fn serve(profile: &'static str) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let (sim, service) = tokio::task::spawn_blocking(move || {
-        let sim = sim::SimHost::new(sim::Profile::builtin(profile).unwrap()).unwrap();
-        let engine =
-            Engine::open(EngineConfig::new(&state, agent::host::sim_access(&sim))).unwrap();
-        engine.reconcile().unwrap();
-        (sim, Service::new(engine))
-    })
-    .await
-    .unwrap();
-    let socket = dir.path().join("api.sock");
-    let path = socket.clone();
-    tokio::spawn(async move {
-        rest::serve_unix(
-            rest::router(service, RestOptions::default()),
-            &path,
-            0o600,
-            None,
-            std::future::pending(),
-        )
+    let (sim, service) = tokio::task::spawn_blocking(move || testkit::service(profile, &state))
         .await
         .unwrap();
-    });
-    for _ in 0..200 {
-        if socket.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let socket = dir.path().join("api.sock");
+    let server = RestServer::start(service, RestOptions::default(), &socket).await;
     Served {
         dir,
         socket,
         _sim: sim,
+        _server: server,
     }
 }
 

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use ids::PciAddress;
 
-use agent::host::{self, HostChoice};
+use hostwire::{self as host, HostChoice};
 
 /// vgpud: GPU slicing agent for hypervisor hosts.
 #[derive(Debug, Parser)]
@@ -219,7 +219,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(cmd) => sim(cmd),
         Command::CaptureProfile { root, output } => {
             let access = host::real_access(root.as_deref().unwrap_or(std::path::Path::new("/")));
-            let text = agent::capture::capture(&access)?.to_toml()?;
+            let text = hostwire::capture::capture(&access)?.to_toml()?;
             match output {
                 Some(file) => std::fs::write(&file, text)
                     .with_context(|| format!("writing {}", file.display())),

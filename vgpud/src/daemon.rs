@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use agent::config::{Config, DEFAULT_CONFIG};
 use agent::engine::{Engine, EngineConfig, ReconcileReport};
-use agent::host::{self, HostChoice};
-use agent::service::Service;
+use agent::service::{Service, ServiceOptions};
 use anyhow::Context;
 use clap::Args;
+use hostwire::{self as host, HostChoice};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -100,7 +100,13 @@ fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<Service> {
     engine_config.vendor_timeout = Duration::from_millis(config.engine.vendor_call_timeout_ms);
     let engine = Engine::open(engine_config)
         .with_context(|| format!("opening the state directory {}", config.state_dir.display()))?;
-    let service = Service::from_config(engine, config, args.sim.is_some())?;
+    let mut options = ServiceOptions::from_config(config)?;
+    if args.sim.is_some() {
+        // A simulated host has no hypervisor: libvirt's test driver stands in, over a host file
+        // of the simulated topology, so pinning sees the NUMA nodes the scheduler sees.
+        hostwire::pin_to_test_host(&mut options, &engine.inventory(), &engine.state_dir());
+    }
+    let service = Service::with_options(engine, options);
     if let Some(uri) = service.libvirt_uri() {
         info!("VM pinning through libvirt at {uri}");
     }

@@ -20,16 +20,6 @@ pub struct HostNode {
     pub memory_mib: u64,
 }
 
-impl From<&numa::NumaNode> for HostNode {
-    fn from(n: &numa::NumaNode) -> Self {
-        Self {
-            id: n.id,
-            cpus: n.cpus.clone(),
-            memory_mib: n.memory_total_mib,
-        }
-    }
-}
-
 /// The host as planning sees it: its nodes and the CPUs kept for the host itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostTopology {
@@ -37,26 +27,6 @@ pub struct HostTopology {
     pub nodes: Vec<HostNode>,
     /// CPUs no VM may be pinned to (from the agent's configuration).
     pub reserved_cpus: CpuSet,
-}
-
-impl HostTopology {
-    /// A topology from the nodes the `numa` crate read, with the configured reserved CPUs.
-    pub fn from_numa(nodes: &[numa::NumaNode], reserved_cpus: CpuSet) -> Self {
-        let mut nodes: Vec<HostNode> = nodes.iter().map(HostNode::from).collect();
-        nodes.sort_by_key(|n| n.id);
-        Self {
-            nodes,
-            reserved_cpus,
-        }
-    }
-
-    /// The node a CPU belongs to.
-    pub fn node_of_cpu(&self, cpu: u32) -> Option<NumaNodeId> {
-        self.nodes
-            .iter()
-            .find(|n| n.cpus.contains(cpu))
-            .map(|n| n.id)
-    }
 }
 
 /// What one domain already holds on the host: pinned CPUs and memory bound per node.

@@ -720,7 +720,7 @@ mod tests {
     #[test]
     fn decision_latency() {
         let sim = sim::SimHost::new(sim::Profile::builtin("dgx-a100").unwrap()).unwrap();
-        let inv = inventory::discover(&crate::host::sim_access(&sim));
+        let inv = inventory::discover(&testkit::sim_access(&sim));
         let mut view = snapshot::build(&inv, &Ownership::default(), None, None, &CpuSet::default());
         let policy = sched::Policy::default();
         let shapes = ["1g.10gb", "2g.20gb", "1g.10gb", "3g.40gb", "1g.10gb"];

@@ -460,7 +460,7 @@ mod tests {
 
     fn inv(profile: &str) -> HostInventory {
         let sim = sim::SimHost::new(sim::Profile::builtin(profile).unwrap()).unwrap();
-        inventory::discover(&crate::host::sim_access(&sim))
+        inventory::discover(&testkit::sim_access(&sim))
     }
 
     #[test]

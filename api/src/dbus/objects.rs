@@ -915,13 +915,9 @@ mod tests {
     #[test]
     fn the_announced_properties_are_the_served_ones() {
         use super::super::view::ManagerProps;
-        let sim = sim::SimHost::new(sim::Profile::builtin("single-gpu").unwrap()).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let engine = agent::engine::Engine::open(agent::engine::EngineConfig::new(
-            dir.path(),
-            agent::host::sim_access(&sim),
-        ))
-        .unwrap();
+        let sim = testkit::sim("single-gpu");
+        let engine = testkit::engine_with(&sim, dir.path(), std::time::Duration::from_secs(10));
         let shared = Arc::new(Shared::new(
             agent::service::Service::new(engine),
             super::super::polkit::PolkitTimeouts::default(),

@@ -5,16 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent::engine::{Engine, EngineConfig};
 use agent::service::Service;
-use api::rest::{self, RestOptions};
+use api::rest::RestOptions;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use sim::{Profile, SimHost};
+use testkit::RestServer;
 use tokio::net::UnixStream;
-use tokio::sync::oneshot;
 
 pub const A100: &str = "0000:07:00.0";
 pub const T4: &str = "0000:41:00.0";
@@ -25,22 +24,10 @@ pub struct Rig {
     pub sim: SimHost,
     pub service: Service,
     pub socket: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    server: RestServer,
 }
 
-pub fn service_on(profile: &str, state_dir: &Path) -> (SimHost, Service) {
-    service_on_profile(Profile::builtin(profile).unwrap(), state_dir)
-}
-
-pub fn service_on_profile(profile: Profile, state_dir: &Path) -> (SimHost, Service) {
-    let sim = SimHost::new(profile).unwrap();
-    let mut cfg = EngineConfig::new(state_dir, agent::host::sim_access(&sim));
-    cfg.vendor_timeout = Duration::from_secs(5);
-    let engine = Engine::open(cfg).unwrap();
-    engine.reconcile().unwrap();
-    (sim, Service::new(engine))
-}
+use testkit::service_on_profile;
 
 impl Rig {
     pub async fn start(profile: &str) -> Rig {
@@ -61,40 +48,19 @@ impl Rig {
                 .await
                 .unwrap();
         let socket = dir.path().join("api.sock");
-        let router = rest::router(service.clone(), options);
-        let (stop, rx) = oneshot::channel();
-        let path = socket.clone();
-        let task = tokio::spawn(async move {
-            rest::serve_unix(router, &path, 0o600, None, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-        for _ in 0..200 {
-            if UnixStream::connect(&socket).await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let server = RestServer::start(service.clone(), options, &socket).await;
         Rig {
             dir,
             sim,
             service,
             socket,
-            stop: Some(stop),
-            task: Some(task),
+            server,
         }
     }
 
     /// Stops the server and waits for it (the socket file goes).
     pub async fn stop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.await.unwrap();
-        }
+        self.server.stop().await;
     }
 
     pub async fn get(&self, path: &str) -> Reply {

@@ -2,13 +2,9 @@
 //! [`Probe`] (from `sysfs::fixture`) around the fixture's sysfs.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use sysfs::fixture::Tree;
 
-use sysfs::RealSysfs;
-use tempfile::TempDir;
-
-pub use sysfs::fixture::relative;
+pub use sysfs::fixture::TempHost as Host;
 
 pub const MTTY: &str = "/sys/devices/virtual/mtty/mtty";
 pub const T4: &str = "/sys/devices/pci0000:00/0000:00:03.0/0000:3b:00.0";
@@ -16,22 +12,21 @@ pub const T4_NAME: &str = "0000:3b:00.0";
 /// An mdev that exists on the T4 from the start.
 pub const EXISTING: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
 
-/// A fixture host under a temporary directory.
-pub struct Host {
-    pub dir: TempDir,
-    pub tree: Tree,
-}
-
-impl Host {
-    pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = Tree::new(dir.path());
-        Self { dir, tree }
-    }
-
+/// mdev parents, types and devices on a fixture host.
+pub trait MdevHost: Sized {
     /// The kernel's `mtty` sample parent (types mtty-1, mtty-2) and an NVIDIA T4 at
     /// 0000:3b:00.0 (types nvidia-222, nvidia-223) with one nvidia-222 mdev in IOMMU group 70.
-    pub fn standard() -> Self {
+    fn standard() -> Self;
+    /// An mdev parent `name` at the device directory `device`, listed in the mdev bus class.
+    fn parent(&self, name: &str, device: &str);
+    /// A type of `parent` with its name, device API and available instances.
+    fn mdev_type(&self, parent: &str, id: &str, name: &str, api: &str, available: &str);
+    /// An mdev as the kernel shows it once created.
+    fn mdev(&self, parent: &str, ty: &str, uuid: &str, group: Option<u32>);
+}
+
+impl MdevHost for Host {
+    fn standard() -> Self {
         let host = Self::new();
         host.parent("mtty", MTTY);
         host.mdev_type(MTTY, "mtty-1", "Single port serial", "vfio-pci", "24");
@@ -47,25 +42,12 @@ impl Host {
         host
     }
 
-    pub fn fs(&self) -> RealSysfs {
-        RealSysfs::new(self.dir.path())
-    }
-
-    pub fn probe(&self) -> Probe {
-        Probe::new(self.fs())
-    }
-
-    /// Links `link` (absolute) to `target` (absolute) with a kernel-style relative target.
-    pub fn link(&self, link: &str, target: &str) {
-        link_in(&self.tree, link, target);
-    }
-
-    pub fn parent(&self, name: &str, device: &str) {
+    fn parent(&self, name: &str, device: &str) {
         self.tree.dir(&format!("{device}/mdev_supported_types"));
         self.link(&format!("/sys/class/mdev_bus/{name}"), device);
     }
 
-    pub fn mdev_type(&self, parent: &str, id: &str, name: &str, api: &str, available: &str) {
+    fn mdev_type(&self, parent: &str, id: &str, name: &str, api: &str, available: &str) {
         let dir = format!("{parent}/mdev_supported_types/{id}");
         self.tree.file(&format!("{dir}/name"), &format!("{name}\n"));
         self.tree
@@ -78,20 +60,9 @@ impl Host {
         self.tree.dir(&format!("{dir}/devices"));
     }
 
-    /// An mdev as the kernel shows it once created.
-    pub fn mdev(&self, parent: &str, ty: &str, uuid: &str, group: Option<u32>) {
+    fn mdev(&self, parent: &str, ty: &str, uuid: &str, group: Option<u32>) {
         add_mdev(&self.tree, parent, ty, uuid, group);
     }
-
-    /// Host path → backing path in the temporary directory.
-    pub fn backing(&self, host_path: &str) -> PathBuf {
-        self.dir.path().join(host_path.trim_start_matches('/'))
-    }
-}
-
-fn link_in(tree: &Tree, link: &str, target: &str) {
-    let (dir, _) = link.rsplit_once('/').unwrap();
-    tree.link(link, &relative(dir, target));
 }
 
 /// Lays out an mdev as the kernel shows it once created: its directory under the parent, the
@@ -100,15 +71,15 @@ pub fn add_mdev(tree: &Tree, parent: &str, ty: &str, uuid: &str, group: Option<u
     let dev = format!("{parent}/{uuid}");
     let type_dir = format!("{parent}/mdev_supported_types/{ty}");
     tree.file(&format!("{dev}/remove"), "");
-    link_in(tree, &format!("{dev}/mdev_type"), &type_dir);
+    tree.link_to(&format!("{dev}/mdev_type"), &type_dir);
     if let Some(n) = group {
         let g = format!("/sys/kernel/iommu_groups/{n}");
         tree.dir(&format!("{g}/devices"));
-        link_in(tree, &format!("{dev}/iommu_group"), &g);
-        link_in(tree, &format!("{g}/devices/{uuid}"), &dev);
+        tree.link_to(&format!("{dev}/iommu_group"), &g);
+        tree.link_to(&format!("{g}/devices/{uuid}"), &dev);
     }
-    link_in(tree, &format!("{type_dir}/devices/{uuid}"), &dev);
-    link_in(tree, &format!("/sys/bus/mdev/devices/{uuid}"), &dev);
+    tree.link_to(&format!("{type_dir}/devices/{uuid}"), &dev);
+    tree.link_to(&format!("/sys/bus/mdev/devices/{uuid}"), &dev);
 }
 
 pub use sysfs::fixture::Probe;

@@ -1,44 +1,32 @@
 //! Fixture hosts for the vfio tests: PCI trees laid out as the kernel lays them out, and a
-//! [`Probe`] (from `sysfs::fixture`) around the fixture's sysfs.
+//! probe (`sysfs::fixture::Probe`) around the fixture's sysfs.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use sysfs::RealSysfs;
-use sysfs::fixture::Tree;
-use tempfile::TempDir;
+pub use sysfs::fixture::TempHost as Host;
 
-pub use sysfs::fixture::relative;
-
-/// A fixture host under a temporary directory.
-pub struct Host {
-    pub dir: TempDir,
-    pub tree: Tree,
-}
-
-impl Host {
-    pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = Tree::new(dir.path());
-        tree.file("/sys/bus/pci/drivers_probe", "");
-        Self { dir, tree }
-    }
-
-    pub fn fs(&self) -> RealSysfs {
-        RealSysfs::new(self.dir.path())
-    }
-
-    pub fn probe(&self) -> Probe {
-        Probe::new(self.fs())
-    }
-
-    /// Links `link` (absolute) to `target` (absolute) with a kernel-style relative target.
-    pub fn link(&self, link: &str, target: &str) {
-        let (dir, _) = link.rsplit_once('/').unwrap();
-        self.tree.link(link, &relative(dir, target));
-    }
-
+/// PCI functions, bridges and SR-IOV on a fixture host.
+pub trait PciHost: Sized {
+    /// A host with a PCI bus and no devices yet.
+    fn empty() -> Self;
     /// A PCI function at `/sys/devices/<path>` (e.g. `pci0000:40/0000:40:01.1/0000:41:00.0`),
     /// linked from `/sys/bus/pci/devices`, with vendor, device, class and the usual attributes.
-    pub fn pci(&self, path: &str, vendor: &str, device: &str, class: &str) -> Dev<'_> {
+    fn pci(&self, path: &str, vendor: &str, device: &str, class: &str) -> Dev<'_>;
+    /// A PCIe root port / bridge at `/sys/devices/<path>` on NUMA node `numa`.
+    fn bridge(&self, path: &str, numa: &str) -> Dev<'_>;
+    /// A 2-socket host: root port 0000:40:01.1 (firmware says node 1) with an NVIDIA H200 at
+    /// 0000:41:00.0 whose own `numa_node` is -1, bound to `nvidia`, IOMMU group 40; and an
+    /// Intel NIC at 0000:00:1f.6 on node 0, unbound, group 12.
+    fn two_socket() -> Self;
+}
+
+impl PciHost for Host {
+    fn empty() -> Self {
+        let host = Host::new();
+        host.tree.file("/sys/bus/pci/drivers_probe", "");
+        host
+    }
+
+    fn pci(&self, path: &str, vendor: &str, device: &str, class: &str) -> Dev<'_> {
         let sys = format!("/sys/devices/{path}");
         let addr = path.rsplit('/').next().unwrap().to_owned();
         let dev = Dev {
@@ -58,18 +46,14 @@ impl Host {
         dev
     }
 
-    /// A PCIe root port / bridge at `/sys/devices/<path>` on NUMA node `numa`.
-    pub fn bridge(&self, path: &str, numa: &str) -> Dev<'_> {
+    fn bridge(&self, path: &str, numa: &str) -> Dev<'_> {
         let dev = self.pci(path, "0x1022", "0x1483", "0x060400");
         dev.attr("numa_node", numa).driver("pcieport");
         dev
     }
 
-    /// A 2-socket host: root port 0000:40:01.1 (firmware says node 1) with an NVIDIA H200 at
-    /// 0000:41:00.0 whose own `numa_node` is -1, bound to `nvidia`, IOMMU group 40; and an
-    /// Intel NIC at 0000:00:1f.6 on node 0, unbound, group 12.
-    pub fn two_socket() -> Self {
-        let host = Self::new();
+    fn two_socket() -> Self {
+        let host = Self::empty();
         host.bridge("pci0000:40/0000:40:01.1", "1").iommu_group(40);
         host.pci(
             "pci0000:40/0000:40:01.1/0000:41:00.0",
@@ -156,5 +140,3 @@ impl Dev<'_> {
         self
     }
 }
-
-pub use sysfs::fixture::Probe;

@@ -72,7 +72,7 @@ fn create_mdev(engine: &Engine, fs: &dyn Sysfs, r: &mut Report) -> serde_json::V
 }
 
 fn open(state_dir: &Path) -> anyhow::Result<Engine> {
-    let access = agent::host::real_access(Path::new("/"));
+    let access = hostwire::real_access(Path::new("/"));
     Ok(Engine::open(EngineConfig::new(state_dir, access))?)
 }
 

@@ -6,8 +6,8 @@
 //! original's in what is hardware; runtime state (VFs enabled at boot, slices) is left aside.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use agent::capture::capture;
-use agent::host::{real_access, sim_access};
+use hostwire::capture::capture;
+use hostwire::{real_access, sim_access};
 use inventory::{Gpu, HostInventory, discover};
 use sim::{Profile, SimHost};
 use sysfs::fixture::Tree;

@@ -3,8 +3,6 @@
 //! leaked, nothing is allocated twice, and nothing acknowledged is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-mod engine_common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -12,8 +10,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agent::engine::{AllocationId, SliceId, SliceState};
-use engine_common::*;
 use sim::{Profile, SimHost};
+use testkit::*;
 
 const CHILD: &str = env!("CARGO_BIN_EXE_engine-crash-child");
 const TARGET_OPS: usize = 200;

@@ -1,36 +1,23 @@
-//! Shared set-up for the engine tests: simulated hosts and engines over them.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Engine test helpers: slice specs and requests in short form, sysfs reads and writes on a
+//! simulated host, faults, what the host shows.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent::engine::{
-    AllocationRequest, CreateSlice, Engine, EngineConfig, GpuSelector, Layout, LayoutEntry, Slice,
-    SliceKind, SliceRequest, SliceSpec,
+    AllocationRequest, CreateSlice, Engine, GpuSelector, Layout, LayoutEntry, Slice, SliceKind,
+    SliceRequest, SliceSpec,
 };
 use ids::PciAddress;
-use sim::{Profile, SimHost};
+use sim::SimHost;
 use sysfs::SysfsExt;
 
+/// A PCI address from its text (panics on a bad one).
 pub fn addr(s: &str) -> PciAddress {
     s.parse().unwrap()
 }
 
-pub fn sim(profile: &str) -> SimHost {
-    SimHost::new(Profile::builtin(profile).unwrap()).unwrap()
-}
-
-pub fn engine_with(sim: &SimHost, dir: &Path, timeout: Duration) -> Engine {
-    let mut cfg = EngineConfig::new(dir, agent::host::sim_access(sim));
-    cfg.vendor_timeout = timeout;
-    Engine::open(cfg).unwrap()
-}
-
-pub fn engine(sim: &SimHost, dir: &Path) -> Engine {
-    engine_with(sim, dir, Duration::from_secs(5))
-}
-
+/// A slice spec on a GPU given by address.
 pub fn spec(gpu: &str, kind: SliceKind) -> SliceSpec {
     SliceSpec {
         gpu: gpu.parse().unwrap(),
@@ -38,6 +25,7 @@ pub fn spec(gpu: &str, kind: SliceKind) -> SliceSpec {
     }
 }
 
+/// Creates an unowned slice of `kind` on `gpu`.
 pub fn create(e: &Engine, gpu: &str, kind: SliceKind) -> agent::engine::Result<Slice> {
     e.create_slice(CreateSlice {
         spec: spec(gpu, kind),
@@ -45,12 +33,14 @@ pub fn create(e: &Engine, gpu: &str, kind: SliceKind) -> agent::engine::Result<S
     })
 }
 
+/// An mdev slice kind of type `t`.
 pub fn mdev_kind(t: &str) -> SliceKind {
     SliceKind::Mdev {
         type_id: t.parse().unwrap(),
     }
 }
 
+/// A MIG slice kind of profile `p`, at an explicit start slot or the engine's choice.
 pub fn mig_kind(p: &str, start: Option<u32>) -> SliceKind {
     SliceKind::Mig {
         profile: p.parse().unwrap(),
@@ -58,6 +48,7 @@ pub fn mig_kind(p: &str, start: Option<u32>) -> SliceKind {
     }
 }
 
+/// A one-slice allocation request of `consumer` for its VM `vm-<consumer>`, optionally on `gpu`.
 pub fn request(consumer: &str, t: &str, gpu: Option<&str>) -> AllocationRequest {
     AllocationRequest {
         consumer: consumer.into(),
@@ -74,22 +65,27 @@ pub fn request(consumer: &str, t: &str, gpu: Option<&str>) -> AllocationRequest 
     }
 }
 
+/// The simulated host's sysfs.
 pub fn fs(sim: &SimHost) -> Arc<dyn sysfs::Sysfs> {
     sim.sysfs()
 }
 
+/// Reads a sysfs attribute of the simulated host as text.
 pub fn read(sim: &SimHost, path: &str) -> String {
     sim.sysfs().read_text(Path::new(path)).unwrap()
 }
 
+/// Writes a sysfs attribute of the simulated host.
 pub fn write(sim: &SimHost, path: &str, value: &str) {
     sim.sysfs().write_str(Path::new(path), value).unwrap()
 }
 
+/// Whether a sysfs path exists on the simulated host.
 pub fn exists(sim: &SimHost, path: &str) -> bool {
     sim.sysfs().exists(Path::new(path))
 }
 
+/// The driver a PCI function of the simulated host is bound to.
 pub fn driver(sim: &SimHost, dev: PciAddress) -> Option<String> {
     sim.sysfs()
         .link_name_opt(
@@ -100,13 +96,14 @@ pub fn driver(sim: &SimHost, dev: PciAddress) -> Option<String> {
         .unwrap()
 }
 
+/// Injects a fault (`vgpud sim fault` grammar) into the simulated host.
 pub fn fault(sim: &SimHost, spec: &str) {
     sim.inject_fault(spec.parse().unwrap()).unwrap()
 }
 
 /// Every slice present on the host (inventory), as (GPU, description).
 pub fn host_slices(sim: &SimHost) -> Vec<(PciAddress, inventory::ExistingSlice)> {
-    let inv = inventory::discover(&agent::host::sim_access(sim));
+    let inv = inventory::discover(&hostwire::sim_access(sim));
     inv.gpus
         .iter()
         .flat_map(|g| g.slices.iter().map(move |s| (g.pci_address, s.clone())))

@@ -57,7 +57,7 @@ fn run() -> anyhow::Result<()> {
         other => anyhow::bail!("unknown mode {other:?}"),
     };
     let host = sim::SimHost::open(&PathBuf::from(host_dir))?;
-    let engine = Engine::open(EngineConfig::new(state_dir, agent::host::sim_access(&host)))?;
+    let engine = Engine::open(EngineConfig::new(state_dir, hostwire::sim_access(&host)))?;
     engine.reconcile()?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "READY")?;
@@ -74,7 +74,7 @@ fn run() -> anyhow::Result<()> {
 /// Applies one AMD partition layout and idles; prints `ACK layout` when it returned.
 fn partition(host_dir: &str, state_dir: &str) -> anyhow::Result<()> {
     let host = sim::SimHost::open(&PathBuf::from(host_dir))?;
-    let engine = Engine::open(EngineConfig::new(state_dir, agent::host::sim_access(&host)))?;
+    let engine = Engine::open(EngineConfig::new(state_dir, hostwire::sim_access(&host)))?;
     engine.reconcile()?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "READY")?;

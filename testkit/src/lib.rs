@@ -1,0 +1,21 @@
+//! Test drivers that every vgpud crate's tests share; a dev-dependency only, never shipped.
+//!
+//! - a simulated host from a built-in profile, an engine and a service over it ([`sim`],
+//!   [`engine`], [`service`]);
+//! - engine test helpers in short form ([`engine`](mod@engine) module, re-exported here);
+//! - the REST router served on a unix socket ([`RestServer`]);
+//! - the `engine-crash-child` binary the crash tests kill at random points.
+//!
+//! Test helpers panic on failure: a set-up that cannot be made is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod engine;
+mod rest;
+mod sim_host;
+
+pub use engine::*;
+pub use hostwire::sim_access;
+pub use rest::RestServer;
+pub use sim_host::{
+    TEST_VENDOR_TIMEOUT, engine, engine_with, service, service_on_profile, sim, sim_engine,
+};
