@@ -16,9 +16,7 @@ use ids::{MigProfileName, PciAddress, VgpuTypeId};
 use super::mig::{
     at_start, check_start, cis, create_gi, instances, mig_gpu, plan_start, profile_by_name,
 };
-use super::nvidia_vfio::{
-    current, free_vfs, remove_type, type_infos, vf_handles, vfio_dev, write_type,
-};
+use super::nvidia_vfio::{current, free_vfs, remove_type, type_infos, vf_handles, write_type};
 use super::{Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::hostctx::Host;
@@ -145,7 +143,7 @@ pub(super) fn realize(
     id: &Identity,
 ) -> Result<Handles> {
     let (vf, start, name) = parts(id)?;
-    if !host.fs().exists(&vfio_dev(vf)) {
+    if !vfio::device_exists(host.fs(), vf) {
         return Err(EngineError::Conflict(format!(
             "VF {vf} of GPU {gpu} is not enabled"
         )));
@@ -263,7 +261,7 @@ pub(super) fn observe(
     id: &Identity,
 ) -> Result<Observed> {
     let (vf, start, name) = parts(id)?;
-    if !host.fs().exists(&vfio_dev(vf)) {
+    if !vfio::device_exists(host.fs(), vf) {
         return Ok(Observed::Absent);
     }
     let carried = current(host, vf)?;

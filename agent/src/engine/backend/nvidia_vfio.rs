@@ -7,7 +7,6 @@
 
 use gpu::VgpuTypeInfo;
 use ids::{PciAddress, VgpuTypeId};
-use sysfs::SysfsExt;
 
 use super::{Backend, Observed, mig_vgpu, wrong_identity};
 use crate::engine::error::{EngineError, Result};
@@ -55,10 +54,7 @@ pub(super) fn write_type(
 }
 
 fn driver(host: &Host, vf: PciAddress) -> Option<String> {
-    let path = std::path::Path::new("/sys/bus/pci/devices")
-        .join(vf.to_string())
-        .join("driver");
-    host.fs().link_name_opt(&path).ok().flatten()
+    vfio::bound_driver(host.fs(), vf).ok().flatten()
 }
 
 /// The vGPU types NVML lists for the GPU; empty without NVML (a timeout is an error).
@@ -206,7 +202,7 @@ impl Backend for NvidiaVfioBackend {
             return mig_vgpu::realize(host, gpu, ty, id);
         }
         let (_, vf) = vf_of(id)?;
-        if !host.fs().exists(&vfio_dev(vf)) {
+        if !vfio::device_exists(host.fs(), vf) {
             return Err(EngineError::Conflict(format!(
                 "VF {vf} of GPU {} is not enabled",
                 gpu
@@ -248,7 +244,7 @@ impl Backend for NvidiaVfioBackend {
             return mig_vgpu::observe(host, gpu, ty, id);
         }
         let (_, vf) = vf_of(id)?;
-        if !host.fs().exists(&vfio_dev(vf)) {
+        if !vfio::device_exists(host.fs(), vf) {
             return Ok(Observed::Absent);
         }
         Ok(match current(host, vf)? {
@@ -266,7 +262,7 @@ pub(super) fn remove_type(
     vf: PciAddress,
     ty: VgpuTypeId,
 ) -> Result<()> {
-    if !host.fs().exists(&vfio_dev(vf)) {
+    if !vfio::device_exists(host.fs(), vf) {
         return Ok(());
     }
     match current(host, vf)? {
@@ -276,8 +272,4 @@ pub(super) fn remove_type(
         ))),
         Some(_) => write_type(host, gpu, vf, None),
     }
-}
-
-pub(super) fn vfio_dev(vf: PciAddress) -> std::path::PathBuf {
-    std::path::Path::new("/sys/bus/pci/devices").join(vf.to_string())
 }
