@@ -22,8 +22,8 @@ use super::mig::{
     at_start, check_start, cis, create_gi, instances, mig_gpu, plan_start, profile_by_name,
 };
 use super::vf_type::{
-    check_offered, current, free_vfs, mig_profile_id, remove_type, type_infos, type_of, vf_handles,
-    write_type,
+    self, check_offered, current, free_vfs, mig_profile_id, remove_type, type_infos, type_of,
+    vf_handles,
 };
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
@@ -257,13 +257,7 @@ fn put_type(
             gi.id
         )));
     }
-    write_type(host, gpu, vf, Some(ty))?;
-    match current(host, vf)? {
-        Some(t) if t == ty => Ok(()),
-        other => Err(EngineError::Conflict(format!(
-            "VF {vf} reads vGPU type {other:?} after writing {ty}"
-        ))),
-    }
+    vf_type::put_type(host, gpu, vf, ty)
 }
 
 /// Removes the vGPU, then the GPU instance at the slot when it is still ours.

@@ -7,7 +7,7 @@ use ids::PciAddress;
 
 use super::choose::choose_vf;
 use super::vf_type::{
-    check_offered, current, free_vfs, remove_type, type_of, vf_handles, write_type,
+    check_offered, current, free_vfs, put_type, remove_type, type_of, vf_handles,
 };
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
@@ -98,14 +98,8 @@ impl Backend for NvidiaVfioBackend {
             }
             None => {}
         }
-        write_type(host, gpu, vf, Some(ty))?;
-        // The driver's answer is the commit point: read it back.
-        match current(host, vf)? {
-            Some(t) if t == ty => vf_handles(host, vf),
-            other => Err(EngineError::Conflict(format!(
-                "VF {vf} reads vGPU type {other:?} after writing {ty}"
-            ))),
-        }
+        put_type(host, gpu, vf, ty)?;
+        vf_handles(host, vf)
     }
 
     fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {

@@ -67,6 +67,17 @@ pub(super) fn write_type(
     })
 }
 
+/// Writes the type to the untyped VF and reads it back: the driver's answer is the commit point.
+pub(super) fn put_type(host: &Host, gpu: PciAddress, vf: PciAddress, ty: VgpuTypeId) -> Result<()> {
+    write_type(host, gpu, vf, Some(ty))?;
+    match current(host, vf)? {
+        Some(t) if t == ty => Ok(()),
+        other => Err(EngineError::Conflict(format!(
+            "VF {vf} reads vGPU type {other:?} after writing {ty}"
+        ))),
+    }
+}
+
 fn driver(host: &Host, vf: PciAddress) -> Option<String> {
     vfio::bound_driver(host.fs(), vf).ok().flatten()
 }
