@@ -25,6 +25,8 @@ mod hostctx;
 pub mod import;
 pub mod layout;
 mod layout_apply;
+mod layout_mig_mode;
+mod layout_partition;
 mod locks;
 mod mig_geometry;
 pub mod model;
