@@ -12,14 +12,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ids::PciAddress;
 use inventory::HostInventory;
-use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::engine::placement::Scheduling;
 use crate::engine::{
-    Allocation, AllocationId, AllocationRequest, BackendKind, CreateSlice, Engine, EngineError,
-    Event, Layout, LayoutsView, NumaPolicy, ReconcileReport, Slice, SliceId, SliceRequest,
+    Allocation, AllocationId, AllocationRequest, CreateSlice, Engine, EngineError, Event, Layout,
+    LayoutsView, NumaPolicy, ReconcileReport, Scheduling, Slice, SliceId, SliceRequest,
 };
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
 
@@ -60,95 +58,8 @@ pub fn policy_named(name: &str) -> anyhow::Result<sched::Policy> {
     })
 }
 
-/// One GPU with what the scheduler and telemetry know about it (`GET /v1/gpus/{id}`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuDetail {
-    /// The inventory's description of the GPU.
-    #[serde(flatten)]
-    pub gpu: inventory::Gpu,
-    /// `ok`, `degraded` (failed owned slices, discovery warnings) or `unresponsive` (its
-    /// vendor calls time out).
-    pub health: GpuHealth,
-    /// Why the GPU is not `ok`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub health_reasons: Vec<String>,
-    /// Utilisation and memory from the vendor library, when it answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utilization: Option<GpuUtilization>,
-    /// For each slice type the GPU offers, how many more could be handed out now.
-    pub capacity: Vec<SliceCapacity>,
-}
-
-/// A GPU's health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuHealth {
-    /// Nothing wrong is known.
-    Ok,
-    /// Usable, with problems (`health_reasons`).
-    Degraded,
-    /// Its vendor library calls do not answer.
-    Unresponsive,
-}
-
-/// Telemetry of one GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuUtilization {
-    /// GPU (SM) utilisation, percent.
-    pub gpu_pct: u32,
-    /// Memory copy utilisation, percent.
-    pub memory_copy_pct: u32,
-    /// Framebuffer used, MiB.
-    pub memory_used_mib: u64,
-    /// Framebuffer free, MiB.
-    pub memory_free_mib: u64,
-    /// Temperature, °C.
-    pub temperature_c: u32,
-    /// Power draw, mW.
-    pub power_mw: u32,
-}
-
-/// How many more slices of one type a GPU can hand out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SliceCapacity {
-    /// The type as requests name it (`3g.40gb`, `nvidia-222`, a vGPU type name, `vf`, `gpu`).
-    #[serde(rename = "type")]
-    pub slice_type: String,
-    /// The mechanism.
-    pub backend: BackendKind,
-    /// Owned slices of the type that are ready and free.
-    pub free: u32,
-    /// Slices of the type that could still be created (each alone, on the GPU as it is now).
-    pub creatable: u32,
-}
-
-/// A dry-run answer: would this host take a request, and how well (`POST /v1/placement-score`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlacementScore {
-    /// Whether the host can take the request now.
-    pub feasible: bool,
-    /// Higher is better; comparable between hosts running the same policy.
-    pub score: f64,
-    /// Expected waste the placement adds, in GPUs: capacity no common request could fill, or
-    /// that its NUMA node's CPUs could not feed (compare hosts on this first; see `sched`).
-    pub waste_added: f64,
-    /// Expected fragmentation the placement adds, in GPUs.
-    pub fragmentation_added: f64,
-    /// Whether the VM's CPUs and memory would sit on its slices' NUMA node.
-    pub numa_local: bool,
-    /// Free GPU capacity of the host after the placement, in GPUs.
-    pub host_free_after: f64,
-    /// The policy that scored it.
-    pub policy: String,
-    /// Why not, when infeasible.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Where the slices would go (GPU and slice per placement), when feasible.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub placements: Vec<sched::Placement>,
-    /// Every candidate with its score components, and why other GPUs were left out.
-    pub explanation: Option<sched::Explanation>,
-}
+// The answers' types are the engine's (it computes them); re-exported here for the front ends.
+pub use crate::engine::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};
 
 /// The agent's operations, as every front end sees them.
 #[derive(Debug, Clone)]
@@ -197,7 +108,7 @@ impl Service {
 
     /// One GPU with health, utilisation and, per slice type, how many more fit.
     pub fn gpu(&self, address: PciAddress) -> Result<GpuDetail> {
-        crate::engine::placement::gpu_detail(&self.engine, address)
+        self.engine.gpu_detail(address)
     }
 
     /// Slices vgpud owns.
@@ -287,7 +198,8 @@ impl Service {
     /// Would this host take the request, with what score (a dry run: nothing changes).
     pub fn placement_score(&self, request: SliceRequest) -> Result<PlacementScore> {
         let numa = self.numa_for(&request)?;
-        crate::engine::placement::score(&self.engine, &request, &self.scheduling(numa))
+        self.engine
+            .placement_score(&request, &self.scheduling(numa))
     }
 
     /// For a request that does not fit now, the cheapest re-layout of idle slices (or, with
@@ -298,7 +210,8 @@ impl Service {
         allow_busy: bool,
     ) -> Result<sched::DefragAdvice> {
         let numa = self.numa_for(&request)?;
-        crate::engine::placement::defrag(&self.engine, &request, &self.scheduling(numa), allow_busy)
+        self.engine
+            .defrag_advice(&request, &self.scheduling(numa), allow_busy)
     }
 
     /// Declared layouts with their apply status per GPU.

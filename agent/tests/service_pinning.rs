@@ -259,11 +259,7 @@ fn a_failed_last_step_undoes_the_allocation() {
         ))
     };
     let err = e
-        .allocate_with(
-            r,
-            &agent::engine::placement::Scheduling::default(),
-            Some(&mut fail),
-        )
+        .allocate_with(r, &agent::engine::Scheduling::default(), Some(&mut fail))
         .unwrap_err();
     assert_eq!(err.code(), "libvirt_unavailable");
     assert_eq!(seen.len(), 2);

@@ -158,6 +158,28 @@ pub fn read_device(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciDevice, VfioEr
     Ok(dev)
 }
 
+/// Whether `/sys/bus/pci/devices/<bdf>` exists (a VF that is not enabled has none).
+pub fn device_exists(fs: &dyn Sysfs, addr: PciAddress) -> bool {
+    fs.exists(&device_dir(addr))
+}
+
+/// Whether the function is an SR-IOV virtual function (it has a `physfn` link). Cheaper than
+/// [`read_device`]: listing a host with hundreds of VFs checks this first.
+pub fn is_virtual_function(fs: &dyn Sysfs, addr: PciAddress) -> bool {
+    fs.exists(&device_dir(addr).join("physfn"))
+}
+
+/// The function's class code (`0x030200`) alone, without reading the rest of the device.
+pub fn device_class(fs: &dyn Sysfs, addr: PciAddress) -> Result<u32, VfioError> {
+    Ok(read_class(fs, &device_dir(addr).join("class"))?)
+}
+
+/// The name of the driver bound to the function (the `driver` link's target), `None` when it is
+/// unbound.
+pub fn bound_driver(fs: &dyn Sysfs, addr: PciAddress) -> Result<Option<String>, VfioError> {
+    Ok(fs.link_name_opt(&device_dir(addr).join("driver"))?)
+}
+
 fn read_class(fs: &dyn Sysfs, path: &Path) -> Result<u32, SysfsError> {
     let text = fs.read_text(path)?;
     let digits = text.strip_prefix("0x").unwrap_or(&text);
@@ -388,6 +410,49 @@ mod tests {
             physfn: None,
             problems: Vec::new(),
         }
+    }
+
+    /// A fixture function at `/sys/devices/pci0000:40/<bdf>`, linked from `/sys/bus/pci/devices`.
+    fn function(tree: &sysfs::fixture::Tree, bdf: &str, class: &str) -> String {
+        let dir = format!("/sys/devices/pci0000:40/{bdf}");
+        tree.file(&format!("{dir}/class"), class);
+        tree.link_to(&format!("/sys/bus/pci/devices/{bdf}"), &dir);
+        dir
+    }
+
+    #[test]
+    fn typed_helpers_read_one_function() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = sysfs::fixture::Tree::new(tmp.path());
+        let fs = sysfs::RealSysfs::new(tmp.path());
+        let pf: PciAddress = "0000:41:00.0".parse().unwrap();
+        let vf: PciAddress = "0000:41:00.4".parse().unwrap();
+        let absent: PciAddress = "0000:41:01.0".parse().unwrap();
+        let pf_dir = function(&tree, "0000:41:00.0", "0x030200\n");
+        let vf_dir = function(&tree, "0000:41:00.4", "0x030200\n");
+        tree.link_to(&format!("{vf_dir}/physfn"), &pf_dir);
+        tree.dir("/sys/bus/pci/drivers/nvidia");
+        tree.link_to(&format!("{pf_dir}/driver"), "/sys/bus/pci/drivers/nvidia");
+
+        assert!(device_exists(&fs, pf) && device_exists(&fs, vf));
+        assert!(!device_exists(&fs, absent));
+        assert!(is_virtual_function(&fs, vf));
+        assert!(!is_virtual_function(&fs, pf));
+        assert_eq!(device_class(&fs, pf).unwrap(), 0x030200);
+        assert!(device_class(&fs, absent).is_err());
+        assert_eq!(bound_driver(&fs, pf).unwrap().as_deref(), Some("nvidia"));
+        assert_eq!(bound_driver(&fs, vf).unwrap(), None);
+        assert_eq!(bound_driver(&fs, absent).unwrap(), None);
+    }
+
+    #[test]
+    fn garbage_class_codes_are_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = sysfs::fixture::Tree::new(tmp.path());
+        let fs = sysfs::RealSysfs::new(tmp.path());
+        function(&tree, "0000:41:00.0", "display\n");
+        let addr: PciAddress = "0000:41:00.0".parse().unwrap();
+        assert!(device_class(&fs, addr).is_err());
     }
 
     #[test]

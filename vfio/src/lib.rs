@@ -19,7 +19,10 @@ mod sriov;
 
 pub use amd::{AmdPartitionSysfs, amd_partition};
 pub use bind::{Binding, bind_to_vfio, release_from_vfio};
-pub use device::{NumaSource, PciDevice, PcieLink, list_devices, read_device};
+pub use device::{
+    NumaSource, PciDevice, PcieLink, bound_driver, device_class, device_exists,
+    is_virtual_function, list_devices, read_device,
+};
 pub use iommu::{GroupViability, IommuGroup, group_viability, iommu_group, vfio_node_present};
 pub use nvidia::{
     VgpuTypeEntry, creatable_vgpu_types, current_vgpu_type, has_vendor_vgpu, set_current_vgpu_type,

@@ -7,15 +7,15 @@
 
 use ids::PciAddress;
 
-use super::backend::{Observed, backend};
 use super::error::{EngineError, Result};
 use super::events::Event;
-use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec, VmPinning};
+use super::handle::Engine;
+use super::locks::lock;
+use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, VmPinning};
 use super::ops::check_text;
-use super::placement::Scheduling;
 use super::resolve::candidates;
+use super::scheduling::Scheduling;
 use super::state::now;
-use super::{Engine, lock};
 
 /// The last step of an allocation before it is committed: returns the VM pinning to record.
 pub type Finish<'a> = dyn FnMut(&Allocation) -> Result<Option<VmPinning>> + 'a;
@@ -110,71 +110,6 @@ impl Engine {
         }
     }
 
-    /// Claims free slices, then creates what is missing, in first-fit order (continuing after
-    /// what `picked` already holds); on failure the caller undoes.
-    pub(crate) fn gather(
-        &self,
-        specs: &[SliceSpec],
-        count: u32,
-        picked: &mut Vec<SliceId>,
-        created: &mut Vec<SliceId>,
-    ) -> Result<()> {
-        let count = count as usize;
-        for spec in specs {
-            while picked.len() < count {
-                match self.claim_free(spec) {
-                    Some(id) => picked.push(id),
-                    None => break,
-                }
-            }
-        }
-        let mut errors = Vec::new();
-        for spec in specs {
-            while picked.len() < count {
-                let _gpu = self.inner.gpu_locks.lock(spec.gpu.clone());
-                match self.create_locked(spec, None) {
-                    Ok(entry) => {
-                        lock(&self.inner.claims).insert(entry.id);
-                        picked.push(entry.id);
-                        created.push(entry.id);
-                    }
-                    Err(e) => {
-                        errors.push(e);
-                        break;
-                    }
-                }
-            }
-        }
-        if picked.len() >= count {
-            return Ok(());
-        }
-        Err(shortage(count, picked.len(), errors))
-    }
-
-    /// Claims one free owned slice satisfying the spec, checked present on the host.
-    fn claim_free(&self, spec: &SliceSpec) -> Option<SliceId> {
-        let _gpu = self.inner.gpu_locks.lock(spec.gpu.clone());
-        let free: Vec<_> = self.read(|d| {
-            d.slices
-                .values()
-                .filter(|s| s.spec.gpu == spec.gpu && s.spec.kind.satisfies(&spec.kind))
-                .filter(|s| d.holder(s.id).is_none() && !d.in_flight(s.id))
-                .cloned()
-                .collect()
-        });
-        for s in free {
-            if lock(&self.inner.claims).contains(&s.id) {
-                continue;
-            }
-            let be = backend(s.spec.kind.backend());
-            if let Ok(Observed::Present(_)) = be.observe(self.host(), &s.spec, &s.identity) {
-                lock(&self.inner.claims).insert(s.id);
-                return Some(s.id);
-            }
-        }
-        None
-    }
-
     /// Best effort: slices created for an allocation that did not happen go again.
     fn destroy_unused(&self, created: &[SliceId]) {
         for id in created {
@@ -237,26 +172,4 @@ fn check_request(req: &AllocationRequest) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The error for an allocation that found too few slices: `no_capacity` when every GPU was
-/// merely full (or occupied), else the first other failure.
-fn shortage(count: usize, got: usize, errors: Vec<EngineError>) -> EngineError {
-    let capacity_like =
-        |e: &EngineError| matches!(e, EngineError::NoCapacity(_) | EngineError::Conflict(_));
-    if let Some(pos) = errors.iter().position(|e| !capacity_like(e)) {
-        return errors
-            .into_iter()
-            .nth(pos)
-            .unwrap_or(EngineError::NoCapacity(String::new()));
-    }
-    let why: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    EngineError::NoCapacity(format!(
-        "found {got} of {count} slices ({})",
-        if why.is_empty() {
-            "nothing free".to_owned()
-        } else {
-            why.join("; ")
-        }
-    ))
 }

@@ -203,7 +203,7 @@ impl Engine {
                 "mdev {uuid} is owned already (slice {id})"
             )));
         }
-        let be = super::backend::backend(spec.kind.backend());
+        let be = super::backend::of_slice(&spec, &identity);
         be.validate(self.host(), &spec)?;
         match be.observe(self.host(), &spec, &identity)? {
             super::backend::Observed::Present(_) => {

@@ -2,10 +2,14 @@
 
 use std::collections::HashSet;
 use std::hash::Hash;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use super::lock;
 use super::model::DeviceRef;
+
+/// Locks a mutex; a panic elsewhere does not make the engine's maps unusable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A set of held keys; taking a held key waits for its release. Not re-entrant.
 #[derive(Debug)]

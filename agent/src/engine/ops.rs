@@ -6,14 +6,16 @@
 //! one write. A failure undoes what the operation did; a vendor timeout leaves the intent for the
 //! reconciler, because the abandoned call may still complete.
 
-use super::backend::{backend, needs_vfs};
+use super::backend::{self, Backend, needs_vfs};
 use super::error::{EngineError, Result};
 use super::events::Event;
+use super::handle::Engine;
+use super::locks::lock;
 use super::model::{
     Allocation, AllocationId, BackendKind, CreateSlice, Identity, Slice, SliceId, SliceSpec,
 };
 use super::state::{Intent, OwnedSlice, now};
-use super::{Engine, lock, vfs};
+use super::vfs;
 
 /// The longest consumer, VM or key string accepted (they end up in logs and the store).
 pub(crate) const MAX_TEXT: usize = 256;
@@ -97,9 +99,10 @@ impl Engine {
         if spec.gpu.pci().is_some() || spec.kind.backend() != BackendKind::Mdev {
             self.host().gpu(spec.pci()?)?;
         }
-        backend(spec.kind.backend()).validate(self.host(), spec)?;
+        let be = backend::for_new(self.host(), spec)?;
+        be.validate(self.host(), spec)?;
         let mut progress = Progress::default();
-        match self.create_steps(spec, preset, &mut progress) {
+        match self.create_steps(be, spec, preset, &mut progress) {
             Ok(entry) => {
                 self.set_failure(entry.id, None);
                 tracing::info!(slice = %entry.id, gpu = %spec.gpu, kind = %spec.kind, "slice created");
@@ -117,12 +120,12 @@ impl Engine {
     /// The steps of a create, recording in `p` what must be undone if a later one fails.
     fn create_steps(
         &self,
+        be: &dyn Backend,
         spec: &SliceSpec,
         preset: Option<Identity>,
         p: &mut Progress,
     ) -> Result<OwnedSlice> {
         let host = self.host();
-        let be = backend(spec.kind.backend());
         if needs_vfs(spec.kind.backend()) && host.vfs(spec.pci()?)?.is_empty() {
             let open = Intent::Create {
                 gpu: spec.gpu.clone(),
@@ -200,7 +203,7 @@ impl Engine {
     ) -> Result<()> {
         let host = self.host();
         if let Some(id) = identity {
-            backend(spec.kind.backend()).destroy(host, spec, id)?;
+            backend::of_slice(spec, id).destroy(host, spec, id)?;
         }
         if enabled_vfs && vfs::disable_if_unused(host, spec.pci()?, &[])? {
             tracing::info!(gpu = %spec.gpu, "VFs enabled for a failed create were disabled again");
@@ -242,7 +245,7 @@ impl Engine {
                 slice: entry.clone(),
             })
         })?;
-        let be = backend(entry.spec.kind.backend());
+        let be = backend::of_slice(&entry.spec, &entry.identity);
         if let Err(e) = be.destroy(self.host(), &entry.spec, &entry.identity) {
             if !matches!(e, EngineError::Timeout { .. }) {
                 // Nothing changed on the host: the slice stays, the intent goes.

@@ -12,13 +12,15 @@ use ids::PciAddress;
 use inventory::{ExistingSlice, HostInventory};
 use serde::{Deserialize, Serialize};
 
-use super::backend::{Observed, backend};
+use super::backend::{self, Observed};
 use super::error::{EngineError, Result, chain};
 use super::events::Event;
+use super::handle::Engine;
 use super::layout::GpuLayoutStatus;
+use super::locks::lock;
 use super::model::{BackendKind, DeviceRef, Identity, SliceId};
 use super::state::{Intent, OwnedSlice};
-use super::{Engine, lock, vfs};
+use super::vfs;
 
 /// What a reconcile pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,7 +141,7 @@ impl Engine {
                 self.write(|d| d.intents.remove(&n))?;
             }
             Intent::Destroy { slice } => {
-                backend(slice.spec.kind.backend()).destroy(
+                backend::of_slice(&slice.spec, &slice.identity).destroy(
                     self.host(),
                     &slice.spec,
                     &slice.identity,
@@ -212,7 +214,7 @@ impl Engine {
         if let Some(gpu) = s.spec.gpu.pci() {
             host.gpu(gpu).map_err(|e| chain(&e))?;
         }
-        let be = backend(s.spec.kind.backend());
+        let be = backend::of_slice(&s.spec, &s.identity);
         match be
             .observe(host, &s.spec, &s.identity)
             .map_err(|e| chain(&e))?

@@ -1,7 +1,6 @@
 //! Turning a client's type string into slice kinds on the GPUs that offer it.
 
 use ids::{MdevParentName, MdevTypeId, MigProfileName, PciAddress, PciVendorId};
-use sysfs::SysfsExt;
 
 use super::backend::profile_by_name;
 use super::error::{EngineError, Result};
@@ -18,8 +17,7 @@ pub(crate) fn gpus(host: &Host) -> Result<Vec<vfio::PciDevice>> {
         .map_err(|e| EngineError::from_vfio("cannot list PCI devices", e))?;
     let mut out = Vec::new();
     for addr in addrs {
-        let dir = std::path::Path::new("/sys/bus/pci/devices").join(addr.to_string());
-        if host.fs().exists(&dir.join("physfn")) || !looks_like_gpu(host, &dir) {
+        if vfio::is_virtual_function(host.fs(), addr) || !looks_like_gpu(host, addr) {
             continue;
         }
         if let Ok(dev) = host.gpu(addr) {
@@ -29,12 +27,11 @@ pub(crate) fn gpus(host: &Host) -> Result<Vec<vfio::PciDevice>> {
     Ok(out)
 }
 
-fn looks_like_gpu(host: &Host, dir: &std::path::Path) -> bool {
-    let class = host.fs().read_text(&dir.join("class")).unwrap_or_default();
-    let class = class.trim_start_matches("0x");
-    ["0300", "0302", "1200"]
-        .iter()
-        .any(|c| class.starts_with(c))
+/// A VGA or 3D controller or a processing accelerator, by its class code alone (any vendor: the
+/// device is read in full only after this cheap check).
+fn looks_like_gpu(host: &Host, addr: PciAddress) -> bool {
+    vfio::device_class(host.fs(), addr)
+        .is_ok_and(|class| matches!(class >> 8, 0x0300 | 0x0302 | 0x1200))
 }
 
 /// The kind a type string means on one GPU, `None` when the GPU does not offer it.

@@ -20,10 +20,11 @@ use ids::{MdevTypeId, MdevUuid, MigProfileName, PciAddress};
 use inventory::{ExistingSlice, HostInventory};
 use numa::CpuSet;
 use sched::{
-    GpuMode, GpuState, MdevInstance, MdevOffer, MigGeometry, MigInstance, MigShape, NumaState,
-    Occupant, SliceChoice, Snapshot, VgpuInstance, VgpuOffer,
+    GpuMode, GpuState, MdevInstance, MdevOffer, MigGeometry, MigInstance, NumaState, Occupant,
+    SliceChoice, Snapshot, VgpuInstance, VgpuOffer,
 };
 
+use super::mig_geometry::{self, ProfileFacts};
 use super::model::{BackendKind, Identity, SliceId, SliceKind, SliceSpec};
 use super::state::Desired;
 
@@ -353,31 +354,25 @@ fn mode_of(
     }
 }
 
-/// The GPU's MIG profiles as the scheduler's geometry, smallest first.
+/// The GPU's MIG profiles (as the inventory lists them) as the scheduler's geometry.
 pub(crate) fn geometry_of(g: &inventory::Gpu) -> MigGeometry {
-    let mut profiles: Vec<MigShape> = g
-        .mig
-        .iter()
-        .flat_map(|m| &m.profiles)
-        .filter_map(|p| {
-            let size = p.placements.first()?.size;
-            Some(MigShape {
-                name: p.name.parse().ok()?,
-                compute_slices: u8::try_from(p.compute_slices).ok()?,
-                memory_slices: u8::try_from(size).ok().filter(|s| *s > 0)?,
-                starts: p
-                    .placements
-                    .iter()
-                    .filter_map(|pl| u8::try_from(pl.start).ok())
-                    .collect(),
-                max_count: u8::try_from(p.max_instances).unwrap_or(u8::MAX),
-                memory_mib: p.memory_mib,
-            })
+    let facts = g.mig.iter().flat_map(|m| &m.profiles).filter_map(|p| {
+        Some(ProfileFacts {
+            name: p.name.parse().ok()?,
+            compute_slices: p.compute_slices,
+            memory_mib: p.memory_mib,
+            max_instances: p.max_instances,
+            placements: p
+                .placements
+                .iter()
+                .map(|pl| gpu::Placement {
+                    start: pl.start,
+                    size: pl.size,
+                })
+                .collect(),
         })
-        .collect();
-    profiles.sort_by_key(|s| (s.memory_slices, s.compute_slices, s.memory_mib));
-    profiles.dedup_by(|a, b| a.name == b.name);
-    MigGeometry { profiles }
+    });
+    mig_geometry::geometry(facts)
 }
 
 /// An mdev type as the scheduler sees it; NVIDIA's descriptions carry the framebuffer and the

@@ -5,7 +5,6 @@
 //! fewer VFs than asked and still report success.
 
 use ids::{PciAddress, PciVendorId};
-use sysfs::SysfsExt;
 
 use super::error::{EngineError, Result};
 use super::hostctx::Host;
@@ -91,16 +90,8 @@ pub(crate) fn in_use(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Res
                 .ok()
                 .flatten()
                 .is_some();
-        let driver_link = std::path::Path::new("/sys/bus/pci/devices")
-            .join(vf.to_string())
-            .join("driver");
-        let on_vfio = host
-            .fs()
-            .link_name_opt(&driver_link)
-            .ok()
-            .flatten()
-            .as_deref()
-            == Some(vfio::VFIO_PCI);
+        let on_vfio =
+            vfio::bound_driver(host.fs(), vf).ok().flatten().as_deref() == Some(vfio::VFIO_PCI);
         if owned || typed || on_vfio {
             return Ok(true);
         }

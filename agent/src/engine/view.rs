@@ -1,10 +1,11 @@
 //! Slices as clients see them: the ledger joined with what the host shows now.
 
-use super::backend::{Observed, backend};
+use super::backend::{self, Observed};
 use super::error::{EngineError, Result, chain};
+use super::handle::Engine;
+use super::locks::lock;
 use super::model::{Handles, Owner, Slice, SliceId, SliceState};
 use super::state::{Desired, Intent, OwnedSlice};
-use super::{Engine, lock};
 
 impl Engine {
     /// Every owned slice (and those being created), with host handles and state.
@@ -48,8 +49,11 @@ impl Engine {
             .values()
             .any(|i| matches!(i, Intent::Destroy { slice } if slice.id == entry.id));
         let host = self.host();
-        let observed =
-            backend(entry.spec.kind.backend()).observe(host, &entry.spec, &entry.identity);
+        let observed = backend::of_slice(&entry.spec, &entry.identity).observe(
+            host,
+            &entry.spec,
+            &entry.identity,
+        );
         let (state, handles, mut reason) = match observed {
             _ if !in_ledger => (SliceState::Creating, Handles::default(), None),
             _ if destroying => (SliceState::Releasing, Handles::default(), None),

@@ -5,11 +5,12 @@
 use gpu::{GpuInstance, GpuInstanceProfile, Nvml, Placement};
 use ids::{MigProfileName, PciAddress};
 
+use super::choose::{choose_mig_start, choose_mig_start_scheduled, overlaps};
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::hostctx::Host;
+use crate::engine::mig_geometry::{self, ProfileFacts};
 use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
-use crate::engine::placement::{choose_mig_start, choose_mig_start_scheduled, overlaps};
 
 pub(crate) struct MigBackend;
 
@@ -130,29 +131,16 @@ fn scheduled_start(
         .nvml()?
         .gpu_instance_profiles(index)
         .map_err(|e| host.nvml_err(format!("cannot list MIG profiles of {gpu}"), gpu, e))?;
-    let mut shapes = Vec::new();
+    let mut facts = Vec::new();
     for p in &profiles {
-        let pl = placements(host, gpu, index, p.id)?;
-        let (Some(size), Ok(compute), Ok(max)) = (
-            pl.first().and_then(|x| u8::try_from(x.size).ok()),
-            u8::try_from(p.slice_count),
-            u8::try_from(p.instance_count),
-        ) else {
-            continue;
-        };
-        shapes.push(sched::MigShape {
+        facts.push(ProfileFacts {
             name: p.name.clone(),
-            compute_slices: compute,
-            memory_slices: size,
-            starts: pl
-                .iter()
-                .filter_map(|x| u8::try_from(x.start).ok())
-                .collect(),
-            max_count: max,
+            compute_slices: p.slice_count,
             memory_mib: p.memory_mib,
+            max_instances: p.instance_count,
+            placements: placements(host, gpu, index, p.id)?,
         });
     }
-    shapes.sort_by_key(|s| (s.memory_slices, s.compute_slices, s.memory_mib));
     let mut taken: Vec<(MigProfileName, u32)> = instances(host, gpu, index)?
         .iter()
         .filter_map(|g| {
@@ -165,8 +153,10 @@ fn scheduled_start(
             taken.push((profile.clone(), start));
         }
     }
-    let geometry = sched::MigGeometry { profiles: shapes };
-    Ok(choose_mig_start_scheduled(&geometry, &taken, name, allowed))
+    let geometry = mig_geometry::geometry(facts);
+    Ok(choose_mig_start_scheduled(
+        gpu, &geometry, &taken, name, allowed,
+    ))
 }
 
 /// The start slot for a new GPU instance of `name`: `start` when it is free (else `conflict`),

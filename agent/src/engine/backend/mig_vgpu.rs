@@ -1,6 +1,10 @@
-//! MIG-backed vendor-VFIO vGPU (Hopper/Blackwell, vGPU 17+): a GPU instance of the type's
-//! profile at an explicit start slot (no compute instance: the guest makes its own), then the
-//! type id written to a free VF's `current_vgpu_type`. The driver puts the vGPU into a free
+//! nvidia-vfio, MIG-backed (Hopper/Blackwell, vGPU 17+): a backend of its own, chosen for a
+//! vendor-VFIO type NVML names a GPU-instance profile for. Its kind stays `nvidia-vfio` in the
+//! store and on the wire, like the time-sliced types ([`super::nvidia_vfio`]); what both share is
+//! [`super::vf_type`].
+//!
+//! A GPU instance of the type's profile at an explicit start slot (no compute instance: the
+//! guest makes its own), then the type id written to a free VF's `current_vgpu_type`. The driver puts the vGPU into a free
 //! GPU instance of the profile; the engine makes sure the one it just created is the only free
 //! one, so the vGPU lands there.
 //!
@@ -13,17 +17,58 @@
 use gpu::{GpuInstance, GpuInstanceProfile, NvmlCode};
 use ids::{MigProfileName, PciAddress, VgpuTypeId};
 
+use super::choose::choose_vf;
 use super::mig::{
     at_start, check_start, cis, create_gi, instances, mig_gpu, plan_start, profile_by_name,
 };
-use super::nvidia_vfio::{
-    current, free_vfs, remove_type, type_infos, vf_handles, vfio_dev, write_type,
+use super::vf_type::{
+    self, check_offered, current, free_vfs, mig_profile_id, remove_type, type_infos, type_of,
+    vf_handles,
 };
-use super::{Observed, wrong_identity};
+use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::hostctx::Host;
-use crate::engine::model::{BackendKind, Handles, Identity};
-use crate::engine::placement::choose_vf;
+use crate::engine::model::{BackendKind, Handles, Identity, SliceSpec};
+
+pub(crate) struct MigVgpuBackend;
+
+/// The spec's GPU, vGPU type and explicit start slot, with the GPU-instance profile id NVML
+/// names for the type.
+fn spec_parts(host: &Host, spec: &SliceSpec) -> Result<(PciAddress, VgpuTypeId, u32, Option<u32>)> {
+    let gpu = spec.pci()?;
+    let (ty, start) = type_of(spec)?;
+    let profile = mig_profile_id(host, gpu, ty)?.ok_or_else(|| {
+        EngineError::InvalidRequest(format!(
+            "vGPU type {ty} on GPU {gpu} is not MIG-backed (NVML names no GPU-instance profile for it)"
+        ))
+    })?;
+    Ok((gpu, ty, profile, start))
+}
+
+impl Backend for MigVgpuBackend {
+    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+        check_offered(host, spec.pci()?, type_of(spec)?.0)?;
+        let (gpu, ty, profile, start) = spec_parts(host, spec)?;
+        validate(host, gpu, ty, profile, start)
+    }
+
+    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+        let (gpu, ty, profile, start) = spec_parts(host, spec)?;
+        plan(host, gpu, ty, profile, start, reserved)
+    }
+
+    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+        realize(host, spec.pci()?, type_of(spec)?.0, id)
+    }
+
+    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+        destroy(host, spec.pci()?, type_of(spec)?.0, id)
+    }
+
+    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+        observe(host, spec.pci()?, type_of(spec)?.0, id)
+    }
+}
 
 /// The parts of a MIG-backed identity: VF address, GI start, GI profile name.
 fn parts(id: &Identity) -> Result<(PciAddress, u32, &MigProfileName)> {
@@ -63,7 +108,7 @@ fn profile_by_id(
 }
 
 /// MIG mode on, the type's profile offered, an explicit start allowed for it.
-pub(super) fn validate(
+fn validate(
     host: &Host,
     gpu: PciAddress,
     ty: VgpuTypeId,
@@ -77,7 +122,7 @@ pub(super) fn validate(
 }
 
 /// A free VF and a free placement (explicit, or the scheduler's) for the GPU instance.
-pub(super) fn plan(
+fn plan(
     host: &Host,
     gpu: PciAddress,
     ty: VgpuTypeId,
@@ -138,14 +183,9 @@ fn unused_instances(host: &Host, gpu: PciAddress, index: u32, profile: u32) -> R
 }
 
 /// Makes the GPU instance (unless ours is already there), then writes the type.
-pub(super) fn realize(
-    host: &Host,
-    gpu: PciAddress,
-    ty: VgpuTypeId,
-    id: &Identity,
-) -> Result<Handles> {
+fn realize(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Handles> {
     let (vf, start, name) = parts(id)?;
-    if !host.fs().exists(&vfio_dev(vf)) {
+    if !vfio::device_exists(host.fs(), vf) {
         return Err(EngineError::Conflict(format!(
             "VF {vf} of GPU {gpu} is not enabled"
         )));
@@ -217,17 +257,11 @@ fn put_type(
             gi.id
         )));
     }
-    write_type(host, gpu, vf, Some(ty))?;
-    match current(host, vf)? {
-        Some(t) if t == ty => Ok(()),
-        other => Err(EngineError::Conflict(format!(
-            "VF {vf} reads vGPU type {other:?} after writing {ty}"
-        ))),
-    }
+    vf_type::put_type(host, gpu, vf, ty)
 }
 
 /// Removes the vGPU, then the GPU instance at the slot when it is still ours.
-pub(super) fn destroy(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<()> {
+fn destroy(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<()> {
     let (vf, start, name) = parts(id)?;
     remove_type(host, gpu, vf, ty)?;
     let (nvml, index) = match mig_gpu(host, gpu) {
@@ -256,14 +290,9 @@ pub(super) fn destroy(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identit
 }
 
 /// Present when the VF carries the type and our GPU instance is at the slot.
-pub(super) fn observe(
-    host: &Host,
-    gpu: PciAddress,
-    ty: VgpuTypeId,
-    id: &Identity,
-) -> Result<Observed> {
+fn observe(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Observed> {
     let (vf, start, name) = parts(id)?;
-    if !host.fs().exists(&vfio_dev(vf)) {
+    if !vfio::device_exists(host.fs(), vf) {
         return Ok(Observed::Absent);
     }
     let carried = current(host, vf)?;

@@ -6,16 +6,18 @@
 //! `destroy` removes it (already gone: fine; in use: `Busy`; something else in its place:
 //! `Conflict`, never removed), `observe` says whether it is there.
 
+mod choose;
 mod mdev;
 mod mig;
 mod mig_vgpu;
 mod nvidia_vfio;
 mod passthrough;
 mod sriov_vf;
+mod vf_type;
 
 use super::error::Result;
 use super::hostctx::Host;
-use super::model::{BackendKind, Handles, Identity, SliceSpec};
+use super::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
 
 /// What the host shows for a slice's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +45,38 @@ pub(crate) trait Backend: Sync {
     fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed>;
 }
 
-/// The backend for a kind.
-pub(crate) fn backend(kind: BackendKind) -> &'static dyn Backend {
+/// The backend that makes a new slice of `spec` (validate, plan). A vendor-VFIO type is
+/// MIG-backed when NVML names the GPU-instance profile it occupies: it then has a backend of
+/// its own, though its kind stays `nvidia-vfio`.
+pub(crate) fn for_new(host: &Host, spec: &SliceSpec) -> Result<&'static dyn Backend> {
+    match &spec.kind {
+        SliceKind::NvidiaVfio { vgpu_type, .. } => {
+            let gpu = spec.pci()?;
+            // A GPU that cannot carry vGPUs at all is refused by the time-sliced backend's
+            // validation, before NVML is asked anything.
+            let mig_backed = vf_type::vgpu_gpu(host, gpu).is_ok()
+                && vf_type::mig_profile_id(host, gpu, *vgpu_type)?.is_some();
+            Ok(if mig_backed {
+                &mig_vgpu::MigVgpuBackend
+            } else {
+                &nvidia_vfio::NvidiaVfioBackend
+            })
+        }
+        _ => Ok(by_kind(spec.kind.backend())),
+    }
+}
+
+/// The backend that keeps a slice with an identity (realize, destroy, observe): a MIG-backed
+/// vGPU is known by its identity.
+pub(crate) fn of_slice(spec: &SliceSpec, id: &Identity) -> &'static dyn Backend {
+    match (spec.kind.backend(), id) {
+        (BackendKind::NvidiaVfio, Identity::MigVgpu { .. }) => &mig_vgpu::MigVgpuBackend,
+        (kind, _) => by_kind(kind),
+    }
+}
+
+/// The one backend of a kind; for `nvidia-vfio`, the time-sliced one.
+fn by_kind(kind: BackendKind) -> &'static dyn Backend {
     match kind {
         BackendKind::Mdev => &mdev::MdevBackend,
         BackendKind::NvidiaVfio => &nvidia_vfio::NvidiaVfioBackend,
@@ -60,7 +92,7 @@ pub(crate) fn needs_vfs(kind: BackendKind) -> bool {
 }
 
 pub(crate) use mig::profile_by_name;
-pub(crate) use nvidia_vfio::mig_profile_id;
+pub(crate) use vf_type::mig_profile_id;
 
 /// An identity of the wrong kind for the backend: a bug or a hand-edited store.
 pub(crate) fn wrong_identity(kind: BackendKind, id: &Identity) -> super::error::EngineError {

@@ -1,8 +1,5 @@
 //! passthrough: the whole GPU bound to vfio-pci, after checking its IOMMU group can go to a VM.
 
-use ids::PciAddress;
-use sysfs::SysfsExt;
-
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::hostctx::Host;
@@ -36,7 +33,7 @@ fn carried_slices(host: &Host, dev: &vfio::PciDevice) -> Result<Vec<String>> {
                 .ok()
                 .flatten()
                 .is_some();
-        let bound = host.fs().link_name_opt(&vf_driver(vf)).ok().flatten();
+        let bound = vfio::bound_driver(host.fs(), vf).ok().flatten();
         if typed || bound.as_deref() == Some(vfio::VFIO_PCI) {
             found.push(format!("VF {vf}"));
         }
@@ -52,12 +49,6 @@ fn carried_slices(host: &Host, dev: &vfio::PciDevice) -> Result<Vec<String>> {
         found.extend(gis.iter().map(|g| format!("MIG GPU instance {}", g.id)));
     }
     Ok(found)
-}
-
-fn vf_driver(addr: PciAddress) -> std::path::PathBuf {
-    std::path::Path::new("/sys/bus/pci/devices")
-        .join(addr.to_string())
-        .join("driver")
 }
 
 fn present(dev: &vfio::PciDevice) -> Observed {

@@ -2,11 +2,11 @@
 
 use ids::PciAddress;
 
+use super::choose::choose_vf;
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
-use crate::engine::placement::choose_vf;
 
 pub(crate) struct SriovVfBackend;
 

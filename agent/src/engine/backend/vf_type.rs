@@ -1,0 +1,170 @@
+//! What the two vendor-VFIO backends share: a vGPU type written to a free VF's
+//! `nvidia/current_vgpu_type` and read back, the VFs that can take one, the types NVML lists,
+//! and the checks that the GPU offers a type at all. Time-sliced types ([`super::nvidia_vfio`])
+//! and MIG-backed ones ([`super::mig_vgpu`]) differ in what they need of the GPU's MIG mode and
+//! in the GPU instance a MIG-backed one sits in.
+
+use gpu::VgpuTypeInfo;
+use ids::{PciAddress, VgpuTypeId};
+
+use crate::engine::error::{EngineError, Result};
+use crate::engine::hostctx::Host;
+use crate::engine::model::{Handles, Identity, SliceKind, SliceSpec};
+
+/// The spec's vGPU type and explicit GPU-instance start slot.
+pub(super) fn type_of(spec: &SliceSpec) -> Result<(VgpuTypeId, Option<u32>)> {
+    match &spec.kind {
+        SliceKind::NvidiaVfio { vgpu_type, start } => Ok((*vgpu_type, *start)),
+        other => Err(EngineError::InvalidRequest(format!(
+            "{other} is not a vendor-VFIO vGPU slice"
+        ))),
+    }
+}
+
+/// The GPU, when it can carry vendor-VFIO vGPUs at all (NVIDIA, with SR-IOV).
+pub(super) fn vgpu_gpu(host: &Host, gpu: PciAddress) -> Result<vfio::PciDevice> {
+    let dev = host.gpu(gpu)?;
+    if !Host::is_nvidia(&dev) || dev.sriov.is_none() {
+        return Err(EngineError::Unsupported(format!(
+            "GPU {} has no NVIDIA SR-IOV vGPU support",
+            gpu
+        )));
+    }
+    Ok(dev)
+}
+
+/// The GPU can carry vendor-VFIO vGPUs and its driver supports type `ty`.
+pub(super) fn check_offered(host: &Host, gpu: PciAddress, ty: VgpuTypeId) -> Result<()> {
+    vgpu_gpu(host, gpu)?;
+    if !supported(host, gpu)?.contains(&ty) {
+        return Err(EngineError::InvalidRequest(format!(
+            "GPU {} does not offer vGPU type {ty}",
+            gpu
+        )));
+    }
+    Ok(())
+}
+
+/// The type the VF carries now, `None` when untyped.
+pub(super) fn current(host: &Host, vf: PciAddress) -> Result<Option<VgpuTypeId>> {
+    vfio::current_vgpu_type(host.fs(), vf)
+        .map_err(|e| EngineError::from_vfio(format!("cannot read the vGPU type of VF {vf}"), e))
+}
+
+/// Writes the type (or 0) to the VF; the driver's `EINVAL` means it has no room for the type.
+pub(super) fn write_type(
+    host: &Host,
+    gpu: PciAddress,
+    vf: PciAddress,
+    ty: Option<VgpuTypeId>,
+) -> Result<()> {
+    vfio::set_current_vgpu_type(host.fs(), vf, ty).map_err(|e| match (ty, e.errno()) {
+        (Some(ty), Some(libc::EINVAL)) => EngineError::NoCapacity(format!(
+            "the driver refused vGPU type {ty} on VF {vf} (no room on GPU {gpu})"
+        )),
+        (Some(ty), _) => EngineError::from_vfio(format!("cannot set vGPU type {ty} on VF {vf}"), e),
+        (None, _) => EngineError::from_vfio(format!("cannot remove the vGPU on VF {vf}"), e),
+    })
+}
+
+/// Writes the type to the untyped VF and reads it back: the driver's answer is the commit point.
+pub(super) fn put_type(host: &Host, gpu: PciAddress, vf: PciAddress, ty: VgpuTypeId) -> Result<()> {
+    write_type(host, gpu, vf, Some(ty))?;
+    match current(host, vf)? {
+        Some(t) if t == ty => Ok(()),
+        other => Err(EngineError::Conflict(format!(
+            "VF {vf} reads vGPU type {other:?} after writing {ty}"
+        ))),
+    }
+}
+
+fn driver(host: &Host, vf: PciAddress) -> Option<String> {
+    vfio::bound_driver(host.fs(), vf).ok().flatten()
+}
+
+/// The vGPU types NVML lists for the GPU; empty without NVML (a timeout is an error).
+pub(crate) fn type_infos(host: &Host, gpu: PciAddress) -> Result<Vec<VgpuTypeInfo>> {
+    let (Ok(nvml), Ok(index)) = (host.nvml(), host.nvml_index(gpu)) else {
+        return Ok(Vec::new());
+    };
+    match nvml.supported_vgpu_types(index) {
+        Ok(types) => Ok(types),
+        Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
+            Err(host.nvml_err(format!("cannot list vGPU types of {gpu}"), gpu, e))
+        }
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// The GPU-instance profile id a vGPU type occupies, when NVML says it is MIG-backed.
+pub(crate) fn mig_profile_id(host: &Host, gpu: PciAddress, ty: VgpuTypeId) -> Result<Option<u32>> {
+    Ok(type_infos(host, gpu)?
+        .into_iter()
+        .find(|t| t.id == ty)
+        .and_then(|t| t.gpu_instance_profile_id))
+}
+
+/// Types the driver supports on this GPU: NVML's list, else what any VF could take now.
+pub(super) fn supported(host: &Host, gpu: PciAddress) -> Result<Vec<VgpuTypeId>> {
+    let listed = type_infos(host, gpu)?;
+    if !listed.is_empty() {
+        return Ok(listed.iter().map(|t| t.id).collect());
+    }
+    let mut out = Vec::new();
+    for (_, vf) in host.vfs(gpu)? {
+        if let Ok(list) = vfio::creatable_vgpu_types(host.fs(), vf) {
+            out.extend(list.iter().map(|t| t.id));
+        }
+    }
+    Ok(out)
+}
+
+/// VFs that can take a vGPU: not reserved by an owned identity, on the NVIDIA driver, untyped.
+pub(super) fn free_vfs(
+    host: &Host,
+    gpu: PciAddress,
+    reserved: &[Identity],
+) -> Result<Vec<(u32, PciAddress)>> {
+    let mut free = Vec::new();
+    for (index, vf) in host.vfs(gpu)? {
+        let taken = reserved
+            .iter()
+            .any(|r| r.vf().is_some_and(|(_, a)| a == vf));
+        let usable = !taken
+            && vfio::has_vendor_vgpu(host.fs(), vf)
+            && driver(host, vf).as_deref() != Some(vfio::VFIO_PCI)
+            && current(host, vf)?.is_none();
+        if usable {
+            free.push((index, vf));
+        }
+    }
+    Ok(free)
+}
+
+pub(super) fn vf_handles(host: &Host, vf: PciAddress) -> Result<Handles> {
+    let dev = host.pci(vf)?;
+    Ok(Handles {
+        pci_address: Some(vf),
+        vfio_group: dev.iommu_group,
+        ..Handles::default()
+    })
+}
+
+/// Removes our type from the VF: already gone is fine, another type is not ours to remove.
+pub(super) fn remove_type(
+    host: &Host,
+    gpu: PciAddress,
+    vf: PciAddress,
+    ty: VgpuTypeId,
+) -> Result<()> {
+    if !vfio::device_exists(host.fs(), vf) {
+        return Ok(());
+    }
+    match current(host, vf)? {
+        None => Ok(()),
+        Some(t) if t != ty => Err(EngineError::Conflict(format!(
+            "VF {vf} carries vGPU type {t}, not our {ty}; it is not ours to remove"
+        ))),
+        Some(_) => write_type(host, gpu, vf, None),
+    }
+}

@@ -1,0 +1,164 @@
+//! One GPU in detail: the inventory's description with health (failed owned slices, discovery
+//! warnings, vendor calls that time out), NVML telemetry, and per slice type how many owned
+//! slices are free and how many more could be created (first fit, each alone).
+
+use std::collections::HashSet;
+
+use ids::PciAddress;
+use numa::CpuSet;
+
+use super::alloc::MAX_COUNT;
+use super::error::{EngineError, Result};
+use super::handle::Engine;
+use super::locks::lock;
+use super::model::{BackendKind, SliceId, SliceKind, SliceSpec, SliceState};
+use super::reports::{GpuDetail, GpuHealth, GpuUtilization, SliceCapacity};
+use super::resolve::candidates;
+use super::snapshot::{self, Ownership};
+
+/// The types a GPU offers, as requests name them, with the kind each means there.
+fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
+    let mut names: Vec<String> = Vec::new();
+    if let Some(m) = g.mig.as_ref().filter(|m| m.enabled) {
+        names.extend(m.profiles.iter().map(|p| p.name.clone()));
+        // MIG-backed vendor-VFIO types live inside GPU instances: offered only in MIG mode.
+        names.extend(
+            g.vgpu_types
+                .iter()
+                .filter(|t| t.gpu_instance_profile_id.is_some())
+                .map(|t| t.name.clone()),
+        );
+    }
+    names.extend(g.mdev_types.iter().map(|t| t.id.to_string()));
+    if snapshot::main_mode(g) == BackendKind::NvidiaVfio {
+        names.extend(g.vgpu_types.iter().map(|t| t.name.clone()));
+    }
+    names.push("vf".into());
+    names.push("gpu".into());
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let specs = candidates(engine.host(), &n, Some(g.pci_address)).ok()?;
+            let spec = specs.into_iter().next()?;
+            Some((n, spec.kind))
+        })
+        .collect()
+}
+
+/// How many more slices of `kind` fit on `gpu`, each created alone (first fit, at most 64).
+fn creatable(
+    inventory: &inventory::HostInventory,
+    own: &Ownership,
+    gpu: PciAddress,
+    kind: &SliceKind,
+) -> u32 {
+    let spec = SliceSpec {
+        gpu: gpu.into(),
+        kind: kind.clone(),
+    };
+    let mut view = snapshot::build(
+        inventory,
+        own,
+        Some((kind.backend(), std::slice::from_ref(&spec))),
+        None,
+        &CpuSet::default(),
+    );
+    let req = sched::Request::new("vgpud:capacity", snapshot::slice_request(kind));
+    let mut n = 0;
+    while n < MAX_COUNT {
+        match sched::decide(&view.snap, &req, &sched::Policy::FirstFit) {
+            Ok(d) => view.snap.commit(&req, &d),
+            Err(_) => break,
+        }
+        n += 1;
+    }
+    n
+}
+
+impl Engine {
+    /// Telemetry of one GPU from NVML, when it answers.
+    fn telemetry(&self, gpu: PciAddress) -> Result<Option<gpu::Telemetry>> {
+        let Ok(nvml) = self.host().nvml() else {
+            return Ok(None);
+        };
+        let index = match self.host().nvml_index(gpu) {
+            Ok(i) => i,
+            Err(e @ EngineError::Timeout { .. }) => return Err(e),
+            Err(_) => return Ok(None),
+        };
+        match nvml.telemetry(index) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
+                Err(self
+                    .host()
+                    .nvml_err(format!("cannot read telemetry of {gpu}"), gpu, e))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// One GPU with health, utilisation and, per slice type, how many more fit.
+    pub(crate) fn gpu_detail(&self, address: PciAddress) -> Result<GpuDetail> {
+        let inventory = self.inventory();
+        let gpu = inventory
+            .gpus
+            .iter()
+            .find(|g| g.pci_address == address)
+            .cloned()
+            .ok_or_else(|| EngineError::NotFound(format!("GPU {address}")))?;
+        let claims: HashSet<SliceId> = lock(&self.inner.claims).clone();
+        let own = self.read(|d| Ownership::of(d, &claims));
+        let mut health = GpuHealth::Ok;
+        let mut reasons: Vec<String> = gpu.warnings.clone();
+        let utilization = match self.telemetry(address) {
+            Ok(t) => t.map(|t| GpuUtilization {
+                gpu_pct: t.gpu_util_pct,
+                memory_copy_pct: t.mem_copy_util_pct,
+                memory_used_mib: t.fb_used_mib,
+                memory_free_mib: t.fb_free_mib,
+                temperature_c: t.temperature_c,
+                power_mw: t.power_mw,
+            }),
+            Err(e) => {
+                health = GpuHealth::Unresponsive;
+                reasons.push(e.to_string());
+                None
+            }
+        };
+        let slices = self.slices();
+        let failed = slices
+            .iter()
+            .filter(|s| s.spec.gpu == address && s.state == SliceState::Failed)
+            .count();
+        if failed > 0 {
+            reasons.push(format!("{failed} owned slices are failed"));
+        }
+        if health == GpuHealth::Ok && !reasons.is_empty() {
+            health = GpuHealth::Degraded;
+        }
+        let capacity = if health == GpuHealth::Unresponsive {
+            Vec::new()
+        } else {
+            offered(self, &gpu)
+                .into_iter()
+                .map(|(name, kind)| SliceCapacity {
+                    free: slices
+                        .iter()
+                        .filter(|s| s.spec.gpu == address && s.spec.kind.satisfies(&kind))
+                        .filter(|s| s.state == SliceState::Ready)
+                        .count() as u32,
+                    creatable: creatable(&inventory, &own, address, &kind),
+                    backend: kind.backend(),
+                    slice_type: name,
+                })
+                .collect()
+        };
+        Ok(GpuDetail {
+            gpu,
+            health,
+            health_reasons: reasons,
+            utilization,
+            capacity,
+        })
+    }
+}

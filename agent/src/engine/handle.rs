@@ -1,0 +1,137 @@
+//! The engine handle: its configuration and the state every operation shares (the store, the
+//! GPU and key locks, in-memory claims and failure reasons, layout status, the event channel).
+//! The operations themselves are `impl Engine` blocks in the modules named for them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ids::PciAddress;
+use inventory::HostAccess;
+use tokio::sync::broadcast;
+
+use super::error::Result;
+use super::events::Event;
+use super::hostctx::Host;
+use super::layout::GpuLayoutStatus;
+use super::locks::{GpuLocks, KeyLocks, lock};
+use super::model::SliceId;
+use super::state::{self, Desired};
+
+/// How to open an engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where the desired state lives (default `/var/lib/vgpud`).
+    pub state_dir: PathBuf,
+    /// The host to work on.
+    pub host: HostAccess,
+    /// The longest a vendor library call may take before it is abandoned (default 10 s).
+    pub vendor_timeout: Duration,
+    /// How many events a slow subscriber may fall behind before it loses some.
+    pub event_capacity: usize,
+}
+
+impl EngineConfig {
+    /// A configuration with the defaults.
+    pub fn new(state_dir: impl Into<PathBuf>, host: HostAccess) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            host,
+            vendor_timeout: Duration::from_secs(10),
+            event_capacity: 1024,
+        }
+    }
+}
+
+/// The slice engine. Cheap to clone; clones share everything. Every method blocks (sysfs, vendor
+/// calls, fsync): async callers use `spawn_blocking`.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub(super) host: Host,
+    pub(super) store: Mutex<store::Store<Desired>>,
+    pub(super) gpu_locks: GpuLocks,
+    pub(super) key_locks: KeyLocks,
+    /// Slices picked by an allocation still being assembled; nobody else may take them.
+    pub(super) claims: Mutex<HashSet<SliceId>>,
+    /// Why owned slices are failed, from the last reconcile or operation.
+    pub(super) failures: Mutex<HashMap<SliceId, String>>,
+    pub(super) foreign_seen: Mutex<BTreeSet<String>>,
+    pub(super) layout_status: Mutex<BTreeMap<PciAddress, GpuLayoutStatus>>,
+    pub(super) events: broadcast::Sender<Event>,
+}
+
+impl Engine {
+    /// Opens the state directory (taking its lock: a second engine on it is refused) and wraps the
+    /// host's vendor libraries in time-bounded calls. Call [`Engine::reconcile`] before serving.
+    pub fn open(config: EngineConfig) -> Result<Engine> {
+        let store = store::Store::open(&config.state_dir, state::SCHEMA)?;
+        let (events, _) = broadcast::channel(config.event_capacity.max(1));
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                host: Host::new(config.host, config.vendor_timeout),
+                store: Mutex::new(store),
+                gpu_locks: GpuLocks::default(),
+                key_locks: KeyLocks::default(),
+                claims: Mutex::new(HashSet::new()),
+                failures: Mutex::new(HashMap::new()),
+                foreign_seen: Mutex::new(BTreeSet::new()),
+                layout_status: Mutex::new(BTreeMap::new()),
+                events,
+            }),
+        })
+    }
+
+    /// The host's inventory (discovery through the time-bounded vendor libraries).
+    pub fn inventory(&self) -> inventory::HostInventory {
+        inventory::discover(&self.inner.host.access)
+    }
+
+    /// A receiver of every event from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        lock(&self.inner.store).dir().to_owned()
+    }
+
+    /// Operations whose intent is still open (finished or rolled back by the next reconcile).
+    pub fn pending_intents(&self) -> usize {
+        self.read(|d| d.intents.len())
+    }
+
+    pub(super) fn host(&self) -> &Host {
+        &self.inner.host
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        tracing::debug!(?event, "engine event");
+        // No subscriber is fine.
+        let _ = self.inner.events.send(event);
+    }
+
+    /// Reads the desired state.
+    pub(super) fn read<R>(&self, f: impl FnOnce(&Desired) -> R) -> R {
+        f(lock(&self.inner.store).get())
+    }
+
+    /// Changes the desired state in one durable write.
+    pub(super) fn write<R>(&self, f: impl FnOnce(&mut Desired) -> R) -> Result<R> {
+        Ok(lock(&self.inner.store).update(f)?)
+    }
+
+    pub(super) fn set_failure(&self, slice: SliceId, reason: Option<String>) {
+        let mut f = lock(&self.inner.failures);
+        match reason {
+            Some(r) => f.insert(slice, r),
+            None => f.remove(&slice),
+        };
+    }
+}
