@@ -11,6 +11,7 @@
 //! It must not decide anything the engine decides (what to create, where, whether a request is
 //! sensible beyond its wire types), and it must never take the name from another instance.
 
+mod args;
 mod error;
 mod objects;
 mod paths;
@@ -24,8 +25,8 @@ use agent::service::Service;
 use zbus::Connection;
 use zbus::fdo::{ObjectManager, RequestNameFlags};
 
+pub use args::MAX_LAYOUTS_JSON;
 pub use error::{DbusError, ERROR_PREFIX, error_name_for_code};
-pub use objects::MAX_LAYOUTS_JSON;
 pub use paths::{
     GPU_PREFIX, MANAGER_PATH, SLICE_PREFIX, gpu_path, parse_gpu_path, parse_slice_path, slice_path,
 };

@@ -10,6 +10,7 @@ use ids::PciAddress;
 use super::backend::{Observed, backend};
 use super::error::{EngineError, Result};
 use super::events::Event;
+use super::limits::MAX_COUNT;
 use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec, VmPinning};
 use super::ops::check_text;
 use super::placement::Scheduling;
@@ -19,9 +20,6 @@ use super::{Engine, lock};
 
 /// The last step of an allocation before it is committed: returns the VM pinning to record.
 pub type Finish<'a> = dyn FnMut(&Allocation) -> Result<Option<VmPinning>> + 'a;
-
-/// Most slices one allocation may hold.
-pub const MAX_COUNT: u32 = 64;
 
 impl Engine {
     /// Allocates `count` slices of a type to a consumer: all or none. With an idempotency key, a

@@ -19,6 +19,7 @@ mod events;
 mod hostctx;
 pub mod import;
 pub mod layout;
+pub mod limits;
 mod locks;
 pub mod model;
 mod ops;

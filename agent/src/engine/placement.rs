@@ -464,7 +464,7 @@ fn creatable(
     );
     let req = sched::Request::new("vgpud:capacity", snapshot::slice_request(kind));
     let mut n = 0;
-    while n < super::alloc::MAX_COUNT {
+    while n < super::limits::MAX_COUNT {
         match sched::decide(&view.snap, &req, &sched::Policy::FirstFit) {
             Ok(d) => view.snap.commit(&req, &d),
             Err(_) => break,
@@ -547,11 +547,11 @@ fn dry_run_view(
     scheduling: &Scheduling,
 ) -> Result<(SchedView, Vec<SliceSpec>, AllocationRequest)> {
     check_type(&request.slice_type)?;
-    if request.count == 0 || request.count > super::alloc::MAX_COUNT {
+    if request.count == 0 || request.count > super::limits::MAX_COUNT {
         return Err(EngineError::InvalidRequest(format!(
             "count {} is out of range 1..={}",
             request.count,
-            super::alloc::MAX_COUNT
+            super::limits::MAX_COUNT
         )));
     }
     let specs = candidates(engine.host(), &request.slice_type, request.gpu)?;
