@@ -3,7 +3,9 @@
 //! per GPU under `/io/vgpud/Agent1/gpu/` and one per owned slice under `/io/vgpud/Agent1/slice/`.
 //!
 //! A thin adapter over [`Service`]: it translates arguments, errors and events, and holds no
-//! business logic. Reading is open to every caller the bus policy lets through; every mutating
+//! business logic. Arguments are mapped onto the REST API's wire types and checked by their code
+//! (`args`), and JSON answers are those types too, so both front ends accept, refuse and show
+//! exactly the same things. Reading is open to every caller the bus policy lets through; every mutating
 //! method asks polkit (`io.vgpud.manage`, `io.vgpud.layout`) about the caller's bus name and
 //! refuses when polkit says no or cannot answer. Every service call runs on `spawn_blocking`.
 //! The interfaces, errors and `busctl` examples are in `docs/dbus.md`.

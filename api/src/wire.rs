@@ -1,11 +1,13 @@
-//! Wire types of the REST API: what goes over HTTP as JSON, with OpenAPI schemas, and the
-//! conversions to and from the engine's model.
+//! Wire types of the API: what goes over HTTP as JSON, with OpenAPI schemas, and the
+//! conversions to and from the engine's model. Both front ends use them: REST deserialises its
+//! bodies into them, D-Bus maps its arguments onto them (`dbus::args`), and both serialise their
+//! JSON answers from them.
 //!
-//! Requests reject unknown fields and are checked here against exactly the constraints their
-//! schema declares (lengths, patterns, ranges), so a request the document calls valid is never
-//! refused for its shape, and one it calls invalid never reaches the engine. Identifiers are
-//! accepted in their canonical spelling only: nothing a client sends becomes a path on the host
-//! unchecked.
+//! Requests reject unknown fields and are checked here, once for every front end, against
+//! exactly the constraints their schema declares (lengths, patterns, ranges; the numbers are
+//! [`agent::engine::limits`]), so a request the document calls valid is never refused for its
+//! shape, and one it calls invalid never reaches the engine. Identifiers are accepted in their
+//! canonical spelling only: nothing a client sends becomes a path on the host unchecked.
 
 pub mod events;
 pub mod inventory;
