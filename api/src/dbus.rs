@@ -3,7 +3,9 @@
 //! per GPU under `/io/vgpud/Agent1/gpu/` and one per owned slice under `/io/vgpud/Agent1/slice/`.
 //!
 //! A thin adapter over [`Service`]: it translates arguments, errors and events, and holds no
-//! business logic. Reading is open to every caller the bus policy lets through; every mutating
+//! business logic. Arguments are mapped onto the REST API's wire types and checked by their code
+//! (`args`), and JSON answers are those types too, so both front ends accept, refuse and show
+//! exactly the same things. Reading is open to every caller the bus policy lets through; every mutating
 //! method asks polkit (`io.vgpud.manage`, `io.vgpud.layout`) about the caller's bus name and
 //! refuses when polkit says no or cannot answer. Every service call runs on `spawn_blocking`.
 //! The interfaces, errors and `busctl` examples are in `docs/dbus.md`.
@@ -11,6 +13,7 @@
 //! It must not decide anything the engine decides (what to create, where, whether a request is
 //! sensible beyond its wire types), and it must never take the name from another instance.
 
+mod args;
 mod error;
 mod objects;
 mod paths;
@@ -24,8 +27,8 @@ use agent::service::Service;
 use zbus::Connection;
 use zbus::fdo::{ObjectManager, RequestNameFlags};
 
+pub use args::MAX_LAYOUTS_JSON;
 pub use error::{DbusError, ERROR_PREFIX, error_name_for_code};
-pub use objects::MAX_LAYOUTS_JSON;
 pub use paths::{
     GPU_PREFIX, MANAGER_PATH, SLICE_PREFIX, gpu_path, parse_gpu_path, parse_slice_path, slice_path,
 };

@@ -1,11 +1,13 @@
-//! Wire types of the REST API: what goes over HTTP as JSON, with OpenAPI schemas, and the
-//! conversions to and from the engine's model.
+//! Wire types of the API: what goes over HTTP as JSON, with OpenAPI schemas, and the
+//! conversions to and from the engine's model. Both front ends use them: REST deserialises its
+//! bodies into them, D-Bus maps its arguments onto them (`dbus::args`), and both serialise their
+//! JSON answers from them.
 //!
-//! Requests reject unknown fields and are checked here against exactly the constraints their
-//! schema declares (lengths, patterns, ranges), so a request the document calls valid is never
-//! refused for its shape, and one it calls invalid never reaches the engine. Identifiers are
-//! accepted in their canonical spelling only: nothing a client sends becomes a path on the host
-//! unchecked.
+//! Requests reject unknown fields and are checked here, once for every front end, against
+//! exactly the constraints their schema declares (lengths, patterns, ranges; the numbers are
+//! [`agent::engine::limits`]), so a request the document calls valid is never refused for its
+//! shape, and one it calls invalid never reaches the engine. Identifiers are accepted in their
+//! canonical spelling only: nothing a client sends becomes a path on the host unchecked.
 
 pub mod events;
 pub mod inventory;
@@ -16,9 +18,9 @@ use std::str::FromStr;
 
 use crate::error::ApiError;
 
-/// Longest consumer, VM, idempotency key or slice type, in characters. Four bytes per character
-/// at most keeps it within the engine's 256-byte limit.
-pub const MAX_TEXT_CHARS: usize = 64;
+pub use agent::engine::limits::{
+    MAX_COUNT, MAX_GPU_INDEX, MAX_ITEMS, MAX_MEMORY_MIB, MAX_MIG_START, MAX_TEXT_CHARS, MAX_VCPUS,
+};
 
 /// The pattern of free text: no control characters.
 pub const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]+$";
@@ -119,25 +121,35 @@ pub(crate) mod int {
     }
 }
 
-/// Checks free text (consumer, VM, key, type) against [`MAX_TEXT_CHARS`] and [`TEXT_PATTERN`].
+/// Checks free text (consumer, VM, key, type) against [`MAX_TEXT_CHARS`] and [`TEXT_PATTERN`]:
+/// the engine's one text rule, with the field named.
 pub fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
-    let n = value.chars().count();
-    if n == 0 {
-        return Err(ApiError::Unprocessable(format!(
-            "{field}: must not be empty"
-        )));
+    agent::engine::limits::check_text(value)
+        .map_err(|fault| ApiError::Unprocessable(format!("{field}: {fault}")))
+}
+
+/// An idempotency key as both front ends take it (REST's `Idempotency-Key` header, D-Bus's
+/// `idempotency_key` option): 1 to [`MAX_TEXT_CHARS`] visible ASCII characters, since a header
+/// can carry nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Parses a key; `field` names it in the message. A refusal is `400 invalid_request`.
+    pub fn parse(field: &str, text: &str) -> Result<Self, ApiError> {
+        let visible = !text.is_empty() && text.bytes().all(|b| (0x21..=0x7e).contains(&b));
+        if !visible || check_text(field, text).is_err() {
+            return Err(ApiError::invalid(format!(
+                "{field}: expected 1 to {MAX_TEXT_CHARS} visible ASCII characters"
+            )));
+        }
+        Ok(Self(text.to_owned()))
     }
-    if n > MAX_TEXT_CHARS {
-        return Err(ApiError::Unprocessable(format!(
-            "{field}: longer than {MAX_TEXT_CHARS} characters"
-        )));
+
+    /// The key.
+    pub fn into_inner(self) -> String {
+        self.0
     }
-    if value.chars().any(char::is_control) {
-        return Err(ApiError::Unprocessable(format!(
-            "{field}: contains control characters"
-        )));
-    }
-    Ok(())
 }
 
 /// Parses a PCI address in its canonical form only (`0000:07:00.0`; not `7:0.0`, not upper case).

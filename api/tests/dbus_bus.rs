@@ -1,198 +1,26 @@
 //! The D-Bus API through a real `dbus-daemon` (a private bus started by each test) with a fake
 //! polkit authority on the same bus that answers per caller and action and records what it was
-//! asked. Skipped, with a message, where `dbus-daemon` is not installed. The bus policy file and
-//! the real polkitd are exercised by `tests/dbus/run`.
+//! asked (`dbus_common`). Skipped, with a message, where `dbus-daemon` is not installed (a
+//! failure when `CI` is set). The bus policy file and the real polkitd are exercised by
+//! `tests/dbus/run`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+mod dbus_common;
+
+use std::collections::HashMap;
 use std::time::Duration;
 
 use agent::service::Service;
 use api::dbus::{self, BUS_NAME, DbusOptions, MANAGER_PATH, PolkitTimeouts};
-use serde::Serialize;
+use dbus_common::{Bus, FakePolkit, Mode, call, error_name};
 use tokio_stream::StreamExt;
 use zbus::message::Type as MessageType;
-use zbus::wire::DynamicType;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant};
 
 const MANAGER: &str = "io.vgpud.Agent1.Manager";
 const SLICE: &str = "io.vgpud.Agent1.Slice";
 const GPU: &str = "io.vgpud.Agent1.Gpu";
 const DENIED: &str = "org.freedesktop.DBus.Error.AccessDenied";
-
-/// A private bus; killed on drop.
-struct Bus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    fn start() -> Option<Bus> {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("bus.conf");
-        let socket = dir.path().join("bus");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let spawned = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--nopidfile", "--print-address=1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("skipping the D-Bus test: cannot run dbus-daemon ({e})");
-                return None;
-            }
-        };
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line.trim().to_owned();
-        assert!(address.starts_with("unix:"), "dbus-daemon said {line:?}");
-        Some(Bus {
-            child,
-            address,
-            _dir: dir,
-        })
-    }
-
-    async fn client(&self) -> Connection {
-        zbus::connection::Builder::address(self.address.as_str())
-            .build()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// How the fake polkit answers.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    /// Yes for (caller, action) pairs in the allow list, no otherwise.
-    Rules,
-    /// An error reply.
-    Fail,
-    /// No answer for a long time.
-    Hang,
-    /// "Needs authentication" for everyone.
-    Challenge,
-}
-
-#[derive(Debug, Clone)]
-struct Asked {
-    subject_kind: String,
-    name: String,
-    action: String,
-    flags: u32,
-}
-
-#[derive(Clone)]
-struct FakePolkit {
-    mode: Arc<Mutex<Mode>>,
-    allowed: Arc<Mutex<HashSet<(String, String)>>>,
-    asked: Arc<Mutex<Vec<Asked>>>,
-}
-
-type Subject = (String, HashMap<String, OwnedVariant>);
-type Decision = (bool, bool, HashMap<String, String>);
-
-#[zbus::interface(name = "org.freedesktop.PolicyKit1.Authority")]
-impl FakePolkit {
-    async fn check_authorization(
-        &self,
-        subject: Subject,
-        action_id: String,
-        _details: HashMap<String, String>,
-        flags: u32,
-        _cancellation_id: String,
-    ) -> zbus::fdo::Result<(Decision,)> {
-        let name = subject
-            .1
-            .get("name")
-            .and_then(|v| String::try_from(v.try_clone().unwrap()).ok())
-            .unwrap_or_default();
-        self.asked.lock().unwrap().push(Asked {
-            subject_kind: subject.0.clone(),
-            name: name.clone(),
-            action: action_id.clone(),
-            flags,
-        });
-        let mode = *self.mode.lock().unwrap();
-        match mode {
-            Mode::Fail => Err(zbus::fdo::Error::Failed("polkit broke".into())),
-            Mode::Hang => {
-                tokio::time::sleep(Duration::from_secs(20)).await;
-                Ok(((true, false, HashMap::new()),))
-            }
-            Mode::Challenge => Ok(((false, true, HashMap::new()),)),
-            Mode::Rules => {
-                let yes = subject.0 == "system-bus-name"
-                    && self.allowed.lock().unwrap().contains(&(name, action_id));
-                Ok(((yes, false, HashMap::new()),))
-            }
-        }
-    }
-}
-
-impl FakePolkit {
-    async fn serve(bus: &Bus) -> (FakePolkit, Connection) {
-        let fake = FakePolkit {
-            mode: Arc::new(Mutex::new(Mode::Rules)),
-            allowed: Arc::default(),
-            asked: Arc::default(),
-        };
-        let conn = zbus::connection::Builder::address(bus.address.as_str())
-            .serve_at("/org/freedesktop/PolicyKit1/Authority", fake.clone())
-            .name("org.freedesktop.PolicyKit1")
-            .build()
-            .await
-            .unwrap();
-        (fake, conn)
-    }
-
-    fn allow(&self, conn: &Connection, action: &str) {
-        let name = conn.unique_name().unwrap().to_string();
-        self.allowed
-            .lock()
-            .unwrap()
-            .insert((name, action.to_owned()));
-    }
-
-    fn set_mode(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-}
 
 /// vgpud's D-Bus service over a simulated host, on a bus.
 struct Agent {
@@ -230,23 +58,6 @@ impl Agent {
     }
 }
 
-async fn call<B, R>(
-    conn: &Connection,
-    path: &str,
-    iface: &str,
-    method: &str,
-    body: &B,
-) -> zbus::Result<R>
-where
-    B: Serialize + DynamicType,
-    R: for<'d> serde::Deserialize<'d> + zbus::wire::Type,
-{
-    let reply = conn
-        .call_method(Some(BUS_NAME), path, Some(iface), method, body)
-        .await?;
-    reply.body().deserialize::<R>()
-}
-
 async fn get<T>(conn: &Connection, path: &str, iface: &str, property: &str) -> T
 where
     T: TryFrom<OwnedVariant>,
@@ -269,14 +80,6 @@ where
     )
     .await?;
     Ok(T::try_from(value).unwrap())
-}
-
-fn error_name(e: &zbus::Error) -> String {
-    match e {
-        zbus::Error::MethodError(name, _, _) => name.to_string(),
-        zbus::Error::FDO(e) => zbus::DBusError::name(&**e).to_string(),
-        other => format!("not a method error: {other:?}"),
-    }
 }
 
 fn no_options() -> HashMap<String, OwnedVariant> {

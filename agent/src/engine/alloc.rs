@@ -10,6 +10,7 @@ use ids::PciAddress;
 use super::error::{EngineError, Result};
 use super::events::Event;
 use super::handle::Engine;
+use super::limits::MAX_COUNT;
 use super::locks::lock;
 use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, VmPinning};
 use super::ops::check_text;
@@ -19,9 +20,6 @@ use super::state::now;
 
 /// The last step of an allocation before it is committed: returns the VM pinning to record.
 pub type Finish<'a> = dyn FnMut(&Allocation) -> Result<Option<VmPinning>> + 'a;
-
-/// Most slices one allocation may hold.
-pub const MAX_COUNT: u32 = 64;
 
 impl Engine {
     /// Allocates `count` slices of a type to a consumer: all or none. With an idempotency key, a

@@ -5,9 +5,9 @@
 
 use sched::Snapshot;
 
-use super::alloc::MAX_COUNT;
 use super::error::{EngineError, Result};
 use super::handle::Engine;
+use super::limits::MAX_COUNT;
 use super::model::{AllocationRequest, SliceRequest, SliceSpec};
 use super::reports::PlacementScore;
 use super::resolve::{candidates, check_type};

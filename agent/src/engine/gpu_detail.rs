@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use ids::PciAddress;
 use numa::CpuSet;
 
-use super::alloc::MAX_COUNT;
 use super::error::{EngineError, Result};
 use super::handle::Engine;
+use super::limits::MAX_COUNT;
 use super::locks::lock;
 use super::model::{BackendKind, SliceId, SliceKind, SliceSpec, SliceState};
 use super::reports::{GpuDetail, GpuHealth, GpuUtilization, SliceCapacity};

@@ -102,7 +102,7 @@ impl Engine {
             l.selector.check()?;
             for e in &l.slices {
                 check_type(&e.slice_type)?;
-                if e.count > super::alloc::MAX_COUNT {
+                if e.count > super::limits::MAX_COUNT {
                     return Err(EngineError::InvalidRequest(format!(
                         "layout {}: count {} is too large",
                         l.name, e.count

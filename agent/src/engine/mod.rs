@@ -27,6 +27,7 @@ pub mod layout;
 mod layout_apply;
 mod layout_mig_mode;
 mod layout_partition;
+pub mod limits;
 mod locks;
 mod mig_geometry;
 pub mod model;

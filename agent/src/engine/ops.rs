@@ -10,6 +10,7 @@ use super::backend::{self, Backend, needs_vfs};
 use super::error::{EngineError, Result};
 use super::events::Event;
 use super::handle::Engine;
+use super::limits;
 use super::locks::lock;
 use super::model::{
     Allocation, AllocationId, BackendKind, CreateSlice, Identity, Slice, SliceId, SliceSpec,
@@ -17,27 +18,13 @@ use super::model::{
 use super::state::{Intent, OwnedSlice, now};
 use super::vfs;
 
-/// The longest consumer, VM or key string accepted (they end up in logs and the store).
-pub(crate) const MAX_TEXT: usize = 256;
-
-/// Checks a client-supplied string: non-empty, bounded, printable.
+/// Checks a client-supplied string against the one text limit ([`limits::check_text`]): the
+/// front ends check it already, this covers callers that do not come through one.
 pub(crate) fn check_text(what: &str, value: &str) -> Result<()> {
-    let bad = |why: &str| {
+    limits::check_text(value).map_err(|fault| {
         let shown: String = value.chars().take(64).collect();
-        Err(EngineError::InvalidRequest(format!(
-            "{what} {shown:?} {why}"
-        )))
-    };
-    if value.is_empty() {
-        return bad("is empty");
-    }
-    if value.len() > MAX_TEXT {
-        return bad(&format!("is longer than {MAX_TEXT} bytes"));
-    }
-    if value.chars().any(char::is_control) {
-        return bad("contains control characters");
-    }
-    Ok(())
+        EngineError::InvalidRequest(format!("{what} {shown:?}: {fault}"))
+    })
 }
 
 /// What a create has done so far, for its undo.

@@ -7,9 +7,6 @@ use super::error::{EngineError, Result};
 use super::hostctx::Host;
 use super::model::{DeviceRef, SliceKind, SliceSpec};
 
-/// The longest type string accepted.
-const MAX_TYPE: usize = 128;
-
 /// The host's GPUs (physical functions), in address order. VFs are skipped by their `physfn`
 /// link before anything else is read, so a host with hundreds of VFs stays cheap to list.
 pub(crate) fn gpus(host: &Host) -> Result<Vec<vfio::PciDevice>> {
@@ -155,10 +152,10 @@ fn virtual_parent_specs(host: &Host, t: &str) -> Vec<SliceSpec> {
 /// Checks a type string as a client sent it.
 pub(crate) fn check_type(t: &str) -> Result<&str> {
     let t = t.trim();
-    if t.is_empty() || t.len() > MAX_TYPE || t.chars().any(char::is_control) {
+    if let Err(fault) = super::limits::check_text(t) {
         let shown: String = t.chars().take(64).collect();
         return Err(EngineError::InvalidRequest(format!(
-            "slice type {shown:?} is not a type name (empty, control characters or over {MAX_TYPE} bytes)"
+            "slice type {shown:?} is not a type name: {fault}"
         )));
     }
     Ok(t)

@@ -10,6 +10,8 @@ use zbus::DBusError;
 use zbus::message::{Header, Message};
 use zbus::names::ErrorName;
 
+use crate::error::ApiError;
+
 /// The prefix of vgpud's own error names.
 pub const ERROR_PREFIX: &str = "io.vgpud.Agent1.Error";
 
@@ -94,6 +96,20 @@ impl From<EngineError> for DbusError {
         Self {
             name: error_name_for_code(e.code()),
             message: chain(&e),
+        }
+    }
+}
+
+/// A request the wire types refused (or an engine error they carried): the same machine code as
+/// REST's `code` field, under vgpud's prefix.
+impl From<ApiError> for DbusError {
+    fn from(e: ApiError) -> Self {
+        match e {
+            ApiError::Engine(inner) => inner.into(),
+            other => Self {
+                name: error_name_for_code(other.code()),
+                message: other.to_string(),
+            },
         }
     }
 }

@@ -7,10 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent::engine::{
-    AllocationId, AllocationRequest, CreateSlice, DeviceRef, Layout, NumaPolicy, OwnerRequest,
-    SliceId, SliceKind, SliceRequest, SliceSpec,
-};
+use agent::engine::SliceId;
 use ids::PciAddress;
 use serde::Serialize;
 use zbus::message::Header;
@@ -18,14 +15,13 @@ use zbus::object_server::SignalEmitter;
 use zbus::wire::ObjectPath;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant, fdo};
 
+use super::args::{self, allocation_id, allocation_request, create_request, slice_id};
 use super::error::DbusError;
 use super::paths::slice_path;
 use super::polkit::Action;
 use super::sync::Shared;
 use super::view::{GpuProps, SliceProps};
-
-/// The largest layouts document `ApplyLayouts` accepts, bytes.
-pub const MAX_LAYOUTS_JSON: usize = 1 << 20;
+use crate::wire;
 
 /// `io.vgpud.Agent1.Manager` at `/io/vgpud/Agent1`.
 #[derive(Debug, Clone)]
@@ -106,25 +102,45 @@ impl ManagerObject {
         to_json(&inventory)
     }
 
-    /// The slices vgpud owns, as JSON (the REST API's form).
+    /// The slices vgpud owns, as JSON (as `GET /v1/slices` shows them).
     async fn slices_json(&self) -> Result<String, DbusError> {
-        to_json(&self.shared.blocking(|s| s.slices()).await?)
+        let slices = self.shared.blocking(|s| s.slices()).await?;
+        to_json(
+            &slices
+                .iter()
+                .map(wire::slices::Slice::from)
+                .collect::<Vec<_>>(),
+        )
     }
 
-    /// Every allocation, as JSON.
+    /// Every allocation, as JSON (as `GET /v1/allocations` shows them).
     async fn allocations_json(&self) -> Result<String, DbusError> {
-        to_json(&self.shared.blocking(|s| s.allocations()).await?)
+        let (allocations, slices) = self
+            .shared
+            .blocking(|s| (s.allocations(), s.slices()))
+            .await?;
+        let wire: Vec<_> = allocations
+            .iter()
+            .map(|a| wire::slices::Allocation::new(a, &slices))
+            .collect();
+        to_json(&wire)
     }
 
-    /// One allocation, as JSON.
+    /// One allocation, as JSON (as `GET /v1/allocations/{id}` shows it).
     async fn allocation_json(&self, allocation: String) -> Result<String, DbusError> {
-        let id = parse_allocation(&allocation)?;
-        to_json(&self.shared.call(move |s| s.allocation(id)).await?)
+        let id = allocation_id(&allocation)?;
+        let (allocation, slices) = self
+            .shared
+            .call(move |s| Ok((s.allocation(id)?, s.slices())))
+            .await?;
+        to_json(&wire::slices::Allocation::new(&allocation, &slices))
     }
 
-    /// The declared layouts and each GPU's apply status, as JSON.
+    /// The declared layouts and each GPU's apply status, as JSON (as `GET /v1/layouts` shows
+    /// them).
     async fn layouts_json(&self) -> Result<String, DbusError> {
-        to_json(&self.shared.blocking(|s| s.layouts()).await?)
+        let view = self.shared.blocking(|s| s.layouts()).await?;
+        to_json(&wire::layouts::LayoutsView::new(&view))
     }
 
     /// Creates a slice on `gpu` (a GPU's PCI address, or the name of an mdev parent that is not a
@@ -155,7 +171,7 @@ impl ManagerObject {
         slice: String,
     ) -> Result<(), DbusError> {
         self.shared.authorize(conn, &header, Action::Manage).await?;
-        let id = parse_slice(&slice)?;
+        let id = slice_id(&slice)?;
         self.run(conn, move |s| s.destroy_slice(id)).await
     }
 
@@ -189,7 +205,7 @@ impl ManagerObject {
         allocation: String,
     ) -> Result<(), DbusError> {
         self.shared.authorize(conn, &header, Action::Manage).await?;
-        let id = parse_allocation(&allocation)?;
+        let id = allocation_id(&allocation)?;
         self.run(conn, move |s| s.release(id)).await
     }
 
@@ -202,16 +218,9 @@ impl ManagerObject {
         layouts: String,
     ) -> Result<String, DbusError> {
         self.shared.authorize(conn, &header, Action::Layout).await?;
-        if layouts.len() > MAX_LAYOUTS_JSON {
-            return Err(DbusError::invalid(format!(
-                "the layouts document is {} bytes; at most {MAX_LAYOUTS_JSON} are accepted",
-                layouts.len()
-            )));
-        }
-        let layouts: Vec<Layout> = serde_json::from_str(&layouts)
-            .map_err(|e| DbusError::invalid(format!("invalid layouts document: {e}")))?;
+        let layouts = args::layouts(&layouts)?;
         let view = self.run(conn, move |s| s.set_layouts(layouts)).await?;
-        to_json(&view)
+        to_json(&wire::layouts::LayoutsView::new(&view))
     }
 
     /// Brings the host in line with the desired state now; returns the report as JSON. Needs
@@ -408,7 +417,8 @@ impl GpuObject {
     /// mdev types with their available instances, VFs, slices whoever made them).
     async fn json(&self) -> Result<String, DbusError> {
         let address = self.address;
-        to_json(&self.shared.call(move |s| s.gpu(address)).await?)
+        let detail = self.shared.call(move |s| s.gpu(address)).await?;
+        to_json(&wire::inventory::GpuDetail::from(&detail))
     }
 }
 
@@ -519,10 +529,11 @@ impl SliceObject {
         self.prop(|p| p.allocation.clone())
     }
 
-    /// The slice as JSON (the REST API's form), read now.
+    /// The slice as JSON (as `GET /v1/slices/{id}` shows it), read now.
     async fn json(&self) -> Result<String, DbusError> {
         let id = self.id;
-        to_json(&self.shared.call(move |s| s.slice(id)).await?)
+        let slice = self.shared.call(move |s| s.slice(id)).await?;
+        to_json(&wire::slices::Slice::from(&slice))
     }
 
     /// Destroys the slice (it must be free). Needs `io.vgpud.manage`.
@@ -541,356 +552,9 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, DbusError> {
     serde_json::to_string(value).map_err(|e| DbusError::failed(format!("JSON encoding: {e}")))
 }
 
-fn parse_slice(text: &str) -> Result<SliceId, DbusError> {
-    text.parse().map_err(DbusError::invalid)
-}
-
-fn parse_allocation(text: &str) -> Result<AllocationId, DbusError> {
-    text.parse().map_err(DbusError::invalid)
-}
-
-fn parse_gpu(text: &str) -> Result<PciAddress, DbusError> {
-    text.parse()
-        .map_err(|e: ids::IdError| DbusError::invalid(e.to_string()))
-}
-
-/// An `a{sv}` options argument: each key taken once, with its type checked; keys left over are
-/// refused, so a misspelt option is an error rather than silently ignored.
-struct Options(HashMap<String, OwnedVariant>);
-
-impl Options {
-    fn string(&mut self, key: &str) -> Result<Option<String>, DbusError> {
-        self.0
-            .remove(key)
-            .map(|v| {
-                String::try_from(v)
-                    .map_err(|_| DbusError::invalid(format!("option {key:?} must be a string (s)")))
-            })
-            .transpose()
-    }
-
-    fn u32(&mut self, key: &str) -> Result<Option<u32>, DbusError> {
-        self.0
-            .remove(key)
-            .map(|v| {
-                u32::try_from(v).map_err(|_| {
-                    DbusError::invalid(format!("option {key:?} must be an unsigned integer (u)"))
-                })
-            })
-            .transpose()
-    }
-
-    fn u64(&mut self, key: &str) -> Result<Option<u64>, DbusError> {
-        self.0
-            .remove(key)
-            .map(|v| {
-                // A small number typed by hand arrives as `u`; accept it as well as `t`.
-                let value = v.clone();
-                u64::try_from(v)
-                    .or_else(|_| u32::try_from(value).map(u64::from))
-                    .map_err(|_| {
-                        DbusError::invalid(format!(
-                            "option {key:?} must be an unsigned integer (t or u)"
-                        ))
-                    })
-            })
-            .transpose()
-    }
-
-    fn finish(self, allowed: &str) -> Result<(), DbusError> {
-        let mut unknown: Vec<&String> = self.0.keys().collect();
-        if unknown.is_empty() {
-            return Ok(());
-        }
-        unknown.sort();
-        let shown: Vec<String> = unknown
-            .iter()
-            .take(4)
-            .map(|k| format!("{:?}", k.chars().take(64).collect::<String>()))
-            .collect();
-        Err(DbusError::invalid(format!(
-            "unknown option(s) {}; allowed: {allowed}",
-            shown.join(", ")
-        )))
-    }
-}
-
-fn create_request(
-    gpu: &str,
-    backend: &str,
-    slice_type: &str,
-    options: HashMap<String, OwnedVariant>,
-) -> Result<CreateSlice, DbusError> {
-    let mut options = Options(options);
-    // A GPU by PCI address, or a virtual mdev parent (`mtty`) by name.
-    let gpu: DeviceRef = gpu.parse().map_err(DbusError::invalid)?;
-    let start = options.u32("start")?;
-    let consumer = options.string("consumer")?;
-    let vm = options.string("vm")?;
-    options.finish("start, consumer, vm")?;
-    let needs_type = |what: &str| -> Result<(), DbusError> {
-        if slice_type.is_empty() {
-            Err(DbusError::invalid(format!(
-                "backend {backend:?} needs a type ({what})"
-            )))
-        } else {
-            Ok(())
-        }
-    };
-    let no_type = || -> Result<(), DbusError> {
-        if slice_type.is_empty() {
-            Ok(())
-        } else {
-            Err(DbusError::invalid(format!(
-                "backend {backend:?} takes no type; pass an empty string"
-            )))
-        }
-    };
-    let invalid = |e: ids::IdError| DbusError::invalid(e.to_string());
-    let kind = match backend {
-        "mdev" => {
-            needs_type("an mdev type id such as nvidia-222")?;
-            SliceKind::Mdev {
-                type_id: slice_type.parse().map_err(invalid)?,
-            }
-        }
-        "nvidia-vfio" => {
-            needs_type("a vGPU type id")?;
-            SliceKind::NvidiaVfio {
-                vgpu_type: slice_type.parse().map_err(invalid)?,
-                start,
-            }
-        }
-        "mig" => {
-            needs_type("a MIG profile such as 3g.40gb")?;
-            SliceKind::Mig {
-                profile: slice_type.parse().map_err(invalid)?,
-                start,
-            }
-        }
-        "sriov-vf" => {
-            no_type()?;
-            SliceKind::SriovVf
-        }
-        "passthrough" => {
-            no_type()?;
-            SliceKind::Passthrough
-        }
-        other => {
-            let shown: String = other.chars().take(64).collect();
-            return Err(DbusError::invalid(format!(
-                "unknown backend {shown:?}: use mdev, nvidia-vfio, sriov-vf, mig or passthrough"
-            )));
-        }
-    };
-    if start.is_some() && !matches!(kind, SliceKind::Mig { .. } | SliceKind::NvidiaVfio { .. }) {
-        return Err(DbusError::invalid(
-            "option \"start\" is for MIG slices and MIG-backed vGPU types only",
-        ));
-    }
-    let owner = match (consumer, vm) {
-        (Some(consumer), vm) => Some(OwnerRequest { consumer, vm }),
-        (None, None) => None,
-        (None, Some(_)) => {
-            return Err(DbusError::invalid(
-                "option \"vm\" needs option \"consumer\" too",
-            ));
-        }
-    };
-    Ok(CreateSlice {
-        spec: SliceSpec { gpu, kind },
-        owner,
-    })
-}
-
-fn allocation_request(
-    consumer: String,
-    slice_type: String,
-    count: u32,
-    options: HashMap<String, OwnedVariant>,
-) -> Result<AllocationRequest, DbusError> {
-    let mut options = Options(options);
-    let vm = options.string("vm")?;
-    let gpu = options.string("gpu")?.map(|g| parse_gpu(&g)).transpose()?;
-    let idempotency_key = options.string("idempotency_key")?;
-    let numa_policy = options
-        .string("numa_policy")?
-        .map(|p| parse_numa_policy(&p))
-        .transpose()?;
-    let vcpus = options.u32("vcpus")?;
-    let memory_mib = options.u64("memory_mib")?;
-    options.finish("vm, gpu, idempotency_key, numa_policy, vcpus, memory_mib")?;
-    let mut request = SliceRequest::new(slice_type, count);
-    request.gpu = gpu;
-    request.idempotency_key = idempotency_key;
-    request.numa_policy = numa_policy;
-    request.vcpus = vcpus;
-    request.memory_mib = memory_mib;
-    Ok(AllocationRequest {
-        consumer,
-        vm,
-        request,
-    })
-}
-
-/// A NUMA policy by its JSON name, so D-Bus and REST accept the same words.
-fn parse_numa_policy(text: &str) -> Result<NumaPolicy, DbusError> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
-        let shown: String = text.chars().take(64).collect();
-        DbusError::invalid(format!(
-            "unknown numa_policy {shown:?}: use required, preferred or none"
-        ))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zbus::Variant;
-
-    fn opts(pairs: &[(&str, Variant<'static>)]) -> HashMap<String, OwnedVariant> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), OwnedVariant::try_from(v.clone()).unwrap()))
-            .collect()
-    }
-
-    #[test]
-    fn create_requests_name_a_gpu_or_a_virtual_mdev_parent() {
-        let on_parent = create_request("mtty", "mdev", "mtty-2", opts(&[])).unwrap();
-        assert_eq!(
-            on_parent.spec.gpu,
-            DeviceRef::MdevParent("mtty".parse().unwrap())
-        );
-        let mig_vgpu = create_request(
-            "0000:07:00.0",
-            "nvidia-vfio",
-            "1414",
-            opts(&[("start", Variant::from(2u32))]),
-        )
-        .unwrap();
-        assert_eq!(mig_vgpu.spec.kind.start(), Some(2));
-        let on_gpu = create_request("0000:07:00.0", "sriov-vf", "", opts(&[])).unwrap();
-        assert_eq!(on_gpu.spec.gpu.pci(), Some("0000:07:00.0".parse().unwrap()));
-        for bad in ["../mtty", "mt ty", ""] {
-            let err = create_request(bad, "mdev", "mtty-2", opts(&[])).unwrap_err();
-            assert!(
-                format!("{err:?}").contains("mdev parent"),
-                "{bad:?}: {err:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn create_requests_are_typed_and_checked() {
-        let req = create_request(
-            "0000:07:00.0",
-            "mig",
-            "3g.40gb",
-            opts(&[
-                ("start", Variant::from(4u32)),
-                ("consumer", Variant::from("nova")),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(
-            req.spec.kind,
-            SliceKind::Mig {
-                profile: "3g.40gb".parse().unwrap(),
-                start: Some(4)
-            }
-        );
-        assert_eq!(req.owner.unwrap().consumer, "nova");
-        let vf = create_request("0000:07:00.0", "sriov-vf", "", HashMap::new()).unwrap();
-        assert_eq!(vf.spec.kind, SliceKind::SriovVf);
-        let bad = [
-            create_request("0000:07:00", "mig", "3g.40gb", HashMap::new()),
-            create_request("0000:07:00.0", "warp", "x", HashMap::new()),
-            create_request("0000:07:00.0", "mdev", "", HashMap::new()),
-            create_request("0000:07:00.0", "mdev", "../x", HashMap::new()),
-            create_request("0000:07:00.0", "sriov-vf", "3g.40gb", HashMap::new()),
-            create_request(
-                "0000:07:00.0",
-                "mdev",
-                "nvidia-222",
-                opts(&[("start", Variant::from(1u32))]),
-            ),
-            create_request(
-                "0000:07:00.0",
-                "mig",
-                "3g.40gb",
-                opts(&[("start", Variant::from("4"))]),
-            ),
-            create_request(
-                "0000:07:00.0",
-                "mig",
-                "3g.40gb",
-                opts(&[("vm", Variant::from("vm1"))]),
-            ),
-            create_request(
-                "0000:07:00.0",
-                "mig",
-                "3g.40gb",
-                opts(&[("stat", Variant::from(1u32))]),
-            ),
-        ];
-        for (i, r) in bad.into_iter().enumerate() {
-            let e = r.unwrap_err();
-            assert_eq!(
-                e.error_name(),
-                "io.vgpud.Agent1.Error.InvalidRequest",
-                "case {i}: {e}"
-            );
-        }
-    }
-
-    #[test]
-    fn allocation_requests_take_known_options_only() {
-        let req = allocation_request(
-            "nova".into(),
-            "1g.10gb".into(),
-            2,
-            opts(&[
-                ("vm", Variant::from("vm-1")),
-                ("gpu", Variant::from("0000:07:00.0")),
-                ("idempotency_key", Variant::from("k")),
-                ("numa_policy", Variant::from("required")),
-                ("vcpus", Variant::from(8u32)),
-                ("memory_mib", Variant::from(4096u32)),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(req.vm.as_deref(), Some("vm-1"));
-        assert_eq!(req.request.count, 2);
-        assert_eq!(req.request.gpu, Some("0000:07:00.0".parse().unwrap()));
-        assert_eq!(req.request.numa_policy, Some(NumaPolicy::Required));
-        assert_eq!(req.request.vcpus, Some(8));
-        assert_eq!(req.request.memory_mib, Some(4096));
-        let e = allocation_request(
-            "nova".into(),
-            "1g.10gb".into(),
-            1,
-            opts(&[("numa_policy", Variant::from("strict"))]),
-        )
-        .unwrap_err();
-        assert!(e.message().contains("numa_policy"), "{e}");
-        let e = allocation_request(
-            "nova".into(),
-            "1g.10gb".into(),
-            1,
-            opts(&[("numa", Variant::from(1u32))]),
-        )
-        .unwrap_err();
-        assert!(e.message().contains("\"numa\""), "{e}");
-        let e = allocation_request(
-            "nova".into(),
-            "1g.10gb".into(),
-            1,
-            opts(&[("gpu", Variant::from("../../sys"))]),
-        )
-        .unwrap_err();
-        assert_eq!(e.error_name(), "io.vgpud.Agent1.Error.InvalidRequest");
-    }
 
     /// The property names in an interface's introspection data.
     fn served(iface: &dyn zbus::object_server::Interface) -> Vec<String> {

@@ -25,7 +25,7 @@ use crate::wire::slices::{
     Allocation, AllocationRequest, CreateSliceRequest, PlacementScore, Slice, SliceRequest,
     allocation_id, slice_id,
 };
-use crate::wire::{check_text, parse_pci};
+use crate::wire::{IdempotencyKey, parse_pci};
 
 /// The documented routes, before state is attached (also what [`openapi::openapi`] reads).
 pub(super) fn documented() -> OpenApiRouter<AppState> {
@@ -270,20 +270,14 @@ async fn create_allocation(
     Ok(created(&location, Json(Allocation::new(&alloc, &slices))))
 }
 
-/// The `Idempotency-Key` header: visible ASCII, 1 to 64 characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// The `Idempotency-Key` header, checked as [`IdempotencyKey`] checks every front end's key.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let text = v
-        .to_str()
-        .ok()
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| (0x21..=0x7e).contains(&b)))
-        .ok_or_else(|| {
-            ApiError::invalid("Idempotency-Key: expected 1 to 64 visible ASCII characters")
-        })?;
-    check_text("Idempotency-Key", text).map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok(Some(text.to_owned()))
+    // A value that is not text at all is refused like any other bad key (as an empty one).
+    let text = v.to_str().unwrap_or_default();
+    IdempotencyKey::parse("Idempotency-Key", text).map(Some)
 }
 
 /// One allocation.

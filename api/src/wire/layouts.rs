@@ -6,7 +6,7 @@ use agent::engine;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{check_text, parse_pci};
+use super::{MAX_COUNT, MAX_GPU_INDEX, MAX_ITEMS, check_text, parse_pci};
 use crate::error::{ApiError, ErrorBody};
 
 /// Which GPUs a layout is for; every criterion given must match (none given: every GPU).
@@ -60,7 +60,7 @@ impl utoipa::PartialSchema for GpuIndex {
             .schema_type(Type::Integer)
             .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
             .minimum(Some(0))
-            .maximum(Some(1023))
+            .maximum(Some(MAX_GPU_INDEX))
             .into()
     }
 }
@@ -164,9 +164,6 @@ impl AmdPartition {
     }
 }
 
-/// Most layouts, selector items or entries in one document.
-pub const MAX_ITEMS: usize = 64;
-
 /// `PUT /v1/layouts`: the whole set of declared layouts (replaces the previous set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -223,9 +220,9 @@ fn selector(at: &str, s: &GpuSelector) -> Result<engine::GpuSelector, ApiError> 
         .iter()
         .map(|a| parse_pci(&format!("{at}.selector.addresses"), &a.0))
         .collect::<Result<_, _>>()?;
-    if let Some(GpuIndex(i)) = s.indices.iter().find(|i| i.0 > 1023) {
+    if let Some(GpuIndex(i)) = s.indices.iter().find(|i| i.0 > MAX_GPU_INDEX) {
         return Err(ApiError::Unprocessable(format!(
-            "{at}.selector.indices: {i} is larger than 1023"
+            "{at}.selector.indices: {i} is larger than {MAX_GPU_INDEX}"
         )));
     }
     for PciIdText(id) in &s.pci_ids {
@@ -252,11 +249,10 @@ fn entries(at: &str, e: &[LayoutEntry]) -> Result<Vec<engine::LayoutEntry>, ApiE
     e.iter()
         .map(|e| {
             check_text(&format!("{at}.slices.type"), &e.slice_type)?;
-            if e.count > super::slices::MAX_COUNT {
+            if e.count > MAX_COUNT {
                 return Err(ApiError::Unprocessable(format!(
-                    "{at}.slices.count: {} is larger than {}",
-                    e.count,
-                    super::slices::MAX_COUNT
+                    "{at}.slices.count: {} is larger than {MAX_COUNT}",
+                    e.count
                 )));
             }
             Ok(engine::LayoutEntry {

@@ -4,7 +4,10 @@ use agent::engine::{self, AllocationId, SliceId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{canonical, check_text, parse_device, parse_pci};
+use super::{
+    IdempotencyKey, MAX_COUNT, MAX_MEMORY_MIB, MAX_MIG_START, MAX_VCPUS, canonical, check_text,
+    parse_device, parse_pci,
+};
 use crate::error::ApiError;
 
 /// The pattern of an mdev type id as the API accepts it.
@@ -65,9 +68,6 @@ pub enum SliceKind {
     /// The whole GPU bound to vfio-pci.
     Passthrough {},
 }
-
-/// Most MIG start slots a GPU has (memory slices).
-pub const MAX_MIG_START: u32 = 7;
 
 impl SliceKind {
     /// The engine's kind, after the same checks the schema declares.
@@ -366,11 +366,6 @@ pub struct SliceRequest {
     pub memory_mib: Option<u64>,
 }
 
-/// Most vCPUs a request may name.
-pub const MAX_VCPUS: u32 = 4096;
-/// Most memory a request may name, MiB (1 PiB).
-pub const MAX_MEMORY_MIB: u64 = 1 << 30;
-
 /// Where a VM's CPUs and memory go relative to its slices' NUMA node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -408,10 +403,10 @@ impl SliceRequest {
     pub fn to_engine(
         &self,
         field: &str,
-        idempotency_key: Option<String>,
+        idempotency_key: Option<IdempotencyKey>,
     ) -> Result<engine::SliceRequest, ApiError> {
         check_text(&format!("{field}type"), &self.slice_type)?;
-        if self.count == 0 || self.count > MAX_COUNT {
+        if !agent::engine::limits::count_in_range(self.count) {
             return Err(ApiError::Unprocessable(format!(
                 "{field}count: {} is out of range 1..={MAX_COUNT}",
                 self.count
@@ -436,7 +431,7 @@ impl SliceRequest {
             slice_type: self.slice_type.clone(),
             count: self.count,
             gpu,
-            idempotency_key,
+            idempotency_key: idempotency_key.map(IdempotencyKey::into_inner),
             numa_policy: self.numa_policy.map(Into::into),
             vcpus: self.vcpus,
             memory_mib: self.memory_mib,
@@ -447,9 +442,6 @@ impl SliceRequest {
 fn one() -> u32 {
     1
 }
-
-/// Most slices one allocation may hold.
-pub const MAX_COUNT: u32 = 64;
 
 /// `POST /v1/allocations`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -475,10 +467,11 @@ pub struct AllocationRequest {
 }
 
 impl AllocationRequest {
-    /// The engine's request; `idempotency_key` comes from the `Idempotency-Key` header.
+    /// The engine's request; `idempotency_key` comes from the `Idempotency-Key` header (REST) or
+    /// the `idempotency_key` option (D-Bus).
     pub fn to_engine(
         &self,
-        idempotency_key: Option<String>,
+        idempotency_key: Option<IdempotencyKey>,
     ) -> Result<engine::AllocationRequest, ApiError> {
         check_text("consumer", &self.consumer)?;
         if let Some(vm) = &self.vm {
@@ -728,7 +721,8 @@ mod tests {
             r#"{"consumer":"c","request":{"type":"vf","gpu":"0000:07:00.0"}}"#,
         )
         .unwrap();
-        let e = r.to_engine(Some("k".into())).unwrap();
+        let key = IdempotencyKey::parse("key", "k").unwrap();
+        let e = r.to_engine(Some(key)).unwrap();
         assert_eq!(e.request.count, 1);
         assert_eq!(e.request.idempotency_key.as_deref(), Some("k"));
     }

@@ -1,0 +1,93 @@
+//! The limits of a request, defined once: the front ends' wire types check what clients send
+//! against them (and publish them in the OpenAPI document), and the engine checks data that does
+//! not come through a front end (layouts files, imports, direct callers) against the same ones.
+//!
+//! The numbers are part of the public API (`docs/api.md`, `api/openapi.json`): raising one is
+//! compatible, lowering one is not.
+
+use std::fmt;
+
+/// Longest free text (consumer, VM, idempotency key, slice type, layout name, model), in
+/// characters. Text ends up in logs, the store and libvirt metadata; 64 holds a UUID with room
+/// for a prefix.
+pub const MAX_TEXT_CHARS: usize = 64;
+
+/// Most slices one allocation may hold, and one layout entry may declare (a host has at most a
+/// few dozen GPU functions; 64 leaves room for eight GPUs of seven MIG slices each).
+pub const MAX_COUNT: u32 = 64;
+
+/// Most vCPUs a request may name (libvirt's own limit for a KVM guest is of this order).
+pub const MAX_VCPUS: u32 = 4096;
+
+/// Most memory a request may name, MiB (1 PiB).
+pub const MAX_MEMORY_MIB: u64 = 1 << 30;
+
+/// Highest MIG start slot (a GPU has eight memory slices, 0 to 7).
+pub const MAX_MIG_START: u32 = 7;
+
+/// Most layouts in one document, and most selector items or entries in one layout.
+pub const MAX_ITEMS: usize = 64;
+
+/// Highest GPU index a layout selector may name.
+pub const MAX_GPU_INDEX: u32 = 1023;
+
+/// Why a piece of free text is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextFault {
+    /// It is empty.
+    Empty,
+    /// It is longer than [`MAX_TEXT_CHARS`].
+    TooLong,
+    /// It contains control characters (C0, DEL or C1).
+    Control,
+}
+
+impl fmt::Display for TextFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TextFault::Empty => f.write_str("must not be empty"),
+            TextFault::TooLong => write!(f, "longer than {MAX_TEXT_CHARS} characters"),
+            TextFault::Control => f.write_str("contains control characters"),
+        }
+    }
+}
+
+/// Checks free text: non-empty, at most [`MAX_TEXT_CHARS`] characters, no control characters.
+pub fn check_text(value: &str) -> Result<(), TextFault> {
+    let n = value.chars().count();
+    if n == 0 {
+        return Err(TextFault::Empty);
+    }
+    if n > MAX_TEXT_CHARS {
+        return Err(TextFault::TooLong);
+    }
+    if value.chars().any(char::is_control) {
+        return Err(TextFault::Control);
+    }
+    Ok(())
+}
+
+/// Checks a count of slices: 1 to [`MAX_COUNT`].
+pub fn count_in_range(n: u32) -> bool {
+    (1..=MAX_COUNT).contains(&n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_counted_in_characters() {
+        assert_eq!(check_text("nova"), Ok(()));
+        assert_eq!(check_text(&"é".repeat(MAX_TEXT_CHARS)), Ok(()));
+        assert_eq!(
+            check_text(&"a".repeat(MAX_TEXT_CHARS + 1)),
+            Err(TextFault::TooLong)
+        );
+        assert_eq!(check_text(""), Err(TextFault::Empty));
+        assert_eq!(check_text("a\nb"), Err(TextFault::Control));
+        assert_eq!(check_text("a\u{85}b"), Err(TextFault::Control));
+        assert!(count_in_range(1) && count_in_range(MAX_COUNT));
+        assert!(!count_in_range(0) && !count_in_range(MAX_COUNT + 1));
+    }
+}
