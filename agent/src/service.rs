@@ -340,7 +340,7 @@ impl Service {
         self.engine.set_layouts(layouts)
     }
 
-    /// Imports what an operator has: a mig-parted config (its layouts replace the declared
+    /// Imports what an operator has: a mig-parted config's layouts (they replace the declared
     /// ones and are applied) or mdevctl definitions (adopted or created as owned slices). With
     /// `dry_run`, only the diff: nothing changes.
     pub fn import_layouts(

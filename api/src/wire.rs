@@ -8,6 +8,7 @@
 //! unchecked.
 
 pub mod events;
+pub mod import;
 pub mod inventory;
 pub mod layouts;
 pub mod slices;

@@ -199,14 +199,9 @@ pub struct MdevctlFile {
 /// What to import: content, never a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImportSource {
-    /// A mig-parted file's text and the config in it (`None`: its only one). The config's
-    /// layouts replace the declared layouts.
-    MigParted {
-        /// The YAML.
-        yaml: String,
-        /// The config's name.
-        config: Option<String>,
-    },
+    /// Layouts (a mig-parted config's, from [`mig_parted_import`]) that replace the declared
+    /// layouts.
+    Layouts(Vec<Layout>),
     /// mdevctl definitions, adopted or created as owned slices (the layouts stay).
     Mdevctl(Vec<MdevctlFile>),
 }
@@ -321,24 +316,19 @@ impl Engine {
     /// [`Engine::set_layouts`] makes, so a plan that is refused here is refused by the apply.
     pub fn plan_import(&self, source: &ImportSource) -> Result<ImportPlan> {
         match source {
-            ImportSource::MigParted { yaml, config } => {
-                let layouts = mig_parted_import(yaml, config.as_deref())?;
-                let changes = self.layout_changes(&layouts);
-                let gpus = self.gpu_plans(&layouts)?;
-                Ok(ImportPlan::Layouts {
-                    layouts,
-                    changes,
-                    gpus,
-                })
-            }
+            ImportSource::Layouts(layouts) => Ok(ImportPlan::Layouts {
+                layouts: layouts.clone(),
+                changes: self.layout_changes(layouts),
+                gpus: self.gpu_plans(layouts)?,
+            }),
             ImportSource::Mdevctl(files) => Ok(ImportPlan::Mdevs(
                 files.iter().map(|f| self.mdev_plan(f)).collect(),
             )),
         }
     }
 
-    /// Imports `source` (or, with `dry_run`, only plans it): a mig-parted config's layouts
-    /// replace the declared layouts and are applied; mdevctl definitions become owned slices.
+    /// Imports `source` (or, with `dry_run`, only plans it): layouts replace the declared
+    /// layouts and are applied; mdevctl definitions become owned slices.
     pub fn import(&self, source: &ImportSource, dry_run: bool) -> Result<ImportOutcome> {
         let plan = self.plan_import(source)?;
         let mut outcome = ImportOutcome {
@@ -350,17 +340,12 @@ impl Engine {
         if dry_run {
             return Ok(outcome);
         }
-        match (&outcome.plan, source) {
-            (ImportPlan::Layouts { layouts, .. }, _) => {
+        match source {
+            ImportSource::Layouts(layouts) => {
                 outcome.layouts = Some(self.set_layouts(layouts.clone())?);
             }
-            (ImportPlan::Mdevs(_), ImportSource::Mdevctl(files)) => {
+            ImportSource::Mdevctl(files) => {
                 outcome.report = Some(self.import_mdevctl_files(files));
-            }
-            (ImportPlan::Mdevs(_), ImportSource::MigParted { .. }) => {
-                return Err(EngineError::InvalidRequest(
-                    "a mig-parted import planned as mdevctl definitions".into(),
-                ));
             }
         }
         Ok(outcome)
@@ -372,13 +357,8 @@ impl Engine {
     pub fn import_mdevctl(&self, dir: &Path) -> Result<ImportReport> {
         let mut report = ImportReport::default();
         for (parent, uuid, path) in definition_files(dir)? {
-            let imported = read_definition(&path).and_then(|text| {
-                self.import_one(&MdevctlFile {
-                    parent,
-                    uuid,
-                    text,
-                })
-            });
+            let imported = read_definition(&path)
+                .and_then(|text| self.import_one(&MdevctlFile { parent, uuid, text }));
             match imported {
                 Ok((id, true)) => report.adopted.push(id),
                 Ok((id, false)) => report.created.push(id),

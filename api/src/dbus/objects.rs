@@ -214,6 +214,36 @@ impl ManagerObject {
         to_json(&view)
     }
 
+    /// Imports a mig-parted config or mdevctl definitions: `request` is the JSON body of
+    /// `POST /v1/layouts/import` (at most 1 MiB; `dry_run` only shows the diff); returns that
+    /// route's answer as JSON. Needs `io.vgpud.layout`.
+    async fn import_layouts(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        request: String,
+    ) -> Result<String, DbusError> {
+        use crate::wire::import::{ImportOutcome, ImportRequest};
+        self.shared.authorize(conn, &header, Action::Layout).await?;
+        if request.len() > MAX_LAYOUTS_JSON {
+            return Err(DbusError::invalid(format!(
+                "the import request is {} bytes; at most {MAX_LAYOUTS_JSON} are accepted",
+                request.len()
+            )));
+        }
+        let req: ImportRequest = serde_json::from_str(&request)
+            .map_err(|e| DbusError::invalid(format!("invalid import request: {e}")))?;
+        let source = req.to_engine().map_err(|e| match e {
+            crate::error::ApiError::Engine(e) => DbusError::from(e),
+            other => DbusError::invalid(other.to_string()),
+        })?;
+        let dry_run = req.dry_run;
+        let outcome = self
+            .run(conn, move |s| s.import_layouts(source, dry_run))
+            .await?;
+        to_json(&ImportOutcome::new(&outcome))
+    }
+
     /// Brings the host in line with the desired state now; returns the report as JSON. Needs
     /// `io.vgpud.manage`.
     async fn reconcile(
