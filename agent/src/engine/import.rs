@@ -670,4 +670,37 @@ mig-configs:
             "invalid_request"
         );
     }
+
+    #[test]
+    fn config_choice_errors_and_sizes() {
+        // Without a name: the only config, or a refusal that names them.
+        let one =
+            "version: v1\nmig-configs:\n  only:\n    - devices: all\n      mig-enabled: false\n";
+        assert_eq!(mig_parted_import(one, None).unwrap()[0].name, "only#0");
+        let e = mig_parted_import(YAML, None).unwrap_err();
+        assert_eq!(e.code(), "invalid_request");
+        assert!(
+            e.to_string().contains("all-3g.40gb, all-disabled, custom"),
+            "{e}"
+        );
+        let e = mig_parted_layouts(YAML, "nope").unwrap_err();
+        assert!(
+            e.to_string().contains("all-3g.40gb, all-disabled, custom"),
+            "{e}"
+        );
+        // Bad YAML names where.
+        let typo = YAML.replace(
+            "mig-enabled: true\n      mig-devices:\n        \"3g",
+            "mig-enabled: true\n      mig-device:\n        \"3g",
+        );
+        let e = mig_parted_layouts(&typo, "all-3g.40gb").unwrap_err();
+        assert!(e.to_string().contains("line 10 column 7"), "{e}");
+        let e = mig_parted_layouts("version: v1\nmig-configs: [\n", "x").unwrap_err();
+        assert!(e.to_string().contains("line"), "{e}");
+        // Too large.
+        let huge = format!("{YAML}#{}\n", "x".repeat(MAX_FILE as usize));
+        let e = mig_parted_layouts(&huge, "custom").unwrap_err();
+        assert!(e.to_string().contains("bytes; at most"), "{e}");
+        assert!(parse_definition(&" ".repeat(MAX_FILE as usize + 1)).is_err());
+    }
 }
