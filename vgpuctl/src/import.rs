@@ -11,11 +11,15 @@ use crate::cli::ImportArgs;
 use crate::client::{Client, Failure};
 use crate::table::{Table, cell};
 
-/// The largest mig-parted config the server takes, bytes (`wire::import::MAX_CONFIG_BYTES`).
-const MAX_CONFIG_BYTES: u64 = 256 * 1024;
+/// The largest mig-parted config the server takes, characters (`wire::import::MAX_CONFIG_CHARS`).
+const MAX_CONFIG_CHARS: u64 = 256 * 1024;
 
-/// The largest mdevctl definition the server takes, bytes (`MAX_DEFINITION_BYTES`).
-const MAX_DEFINITION_BYTES: u64 = 4096;
+/// The largest mdevctl definition the server takes, characters (`MAX_DEFINITION_CHARS`).
+const MAX_DEFINITION_CHARS: u64 = 4096;
+
+/// Bytes a character may take in UTF-8: a file larger than this many per character allowed is
+/// refused before it is read.
+const MAX_UTF8: u64 = 4;
 
 /// Runs the import; the text (or JSON) to print.
 pub async fn run(client: &Client, json: bool, args: &ImportArgs) -> Result<String, Failure> {
@@ -55,30 +59,42 @@ fn local(path: &Path, e: impl std::fmt::Display) -> Failure {
     Failure::Other(format!("{}: {e}", path.display()))
 }
 
-fn too_large(path: &Path, len: u64, limit: u64) -> Failure {
+fn too_large(path: &Path, size: &str, limit: u64) -> Failure {
     Failure::Other(format!(
-        "{} is {len} bytes; vgpud accepts at most {limit}",
+        "{} is too large: {size}; vgpud accepts at most {limit} characters",
         path.display()
     ))
 }
 
+/// Reads a text file of at most `limit` characters.
+fn read_text(path: &Path, limit: u64) -> Result<String, Failure> {
+    let len = std::fs::metadata(path).map_err(|e| local(path, e))?.len();
+    if len > limit * MAX_UTF8 {
+        return Err(too_large(path, &format!("{len} bytes"), limit));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| local(path, e))?;
+    check_chars(path, &text, limit)?;
+    Ok(text)
+}
+
+fn check_chars(path: &Path, text: &str, limit: u64) -> Result<(), Failure> {
+    let chars = text.chars().count() as u64;
+    if chars > limit {
+        return Err(too_large(path, &format!("{chars} characters"), limit));
+    }
+    Ok(())
+}
+
 fn read_config(file: &Path) -> Result<String, Failure> {
+    if file.as_os_str() != "-" {
+        return read_text(file, MAX_CONFIG_CHARS);
+    }
     let mut text = String::new();
-    if file.as_os_str() == "-" {
-        std::io::stdin()
-            .take(MAX_CONFIG_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| local(file, e))?;
-    } else {
-        let len = std::fs::metadata(file).map_err(|e| local(file, e))?.len();
-        if len > MAX_CONFIG_BYTES {
-            return Err(too_large(file, len, MAX_CONFIG_BYTES));
-        }
-        text = std::fs::read_to_string(file).map_err(|e| local(file, e))?;
-    }
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(too_large(file, text.len() as u64, MAX_CONFIG_BYTES));
-    }
+    std::io::stdin()
+        .take(MAX_CONFIG_CHARS * MAX_UTF8 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| local(file, e))?;
+    check_chars(file, &text, MAX_CONFIG_CHARS)?;
     Ok(text)
 }
 
@@ -110,11 +126,7 @@ fn read_definitions(dir: &Path) -> Result<Vec<Value>, Failure> {
     files
         .into_iter()
         .map(|(parent, uuid, path)| {
-            let len = std::fs::metadata(&path).map_err(|e| local(&path, e))?.len();
-            if len > MAX_DEFINITION_BYTES {
-                return Err(too_large(&path, len, MAX_DEFINITION_BYTES));
-            }
-            let content = std::fs::read_to_string(&path).map_err(|e| local(&path, e))?;
+            let content = read_text(&path, MAX_DEFINITION_CHARS)?;
             Ok(json!({"parent": parent, "uuid": uuid, "content": content}))
         })
         .collect()

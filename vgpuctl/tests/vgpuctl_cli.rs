@@ -550,7 +550,7 @@ async fn mig_parted_import_errors_are_clear() {
     assert!(
         large
             .stderr
-            .contains("307200 bytes; vgpud accepts at most 262144"),
+            .contains("too large: 307200 characters; vgpud accepts at most 262144 characters"),
         "{}",
         large.stderr
     );
@@ -663,7 +663,7 @@ async fn mdevctl_definitions_are_adopted_or_created() {
     assert!(
         large
             .stderr
-            .contains("5000 bytes; vgpud accepts at most 4096"),
+            .contains("too large: 5000 characters; vgpud accepts at most 4096 characters"),
         "{}",
         large.stderr
     );

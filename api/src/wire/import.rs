@@ -16,8 +16,9 @@ use super::slices::type_name;
 use super::{canonical, check_text, parse_device};
 use crate::error::ApiError;
 
-/// Largest mig-parted config, bytes (NVIDIA's default config, every GPU model, is about 10 KiB).
-pub const MAX_CONFIG_BYTES: usize = 256 * 1024;
+/// Largest mig-parted config, characters (NVIDIA's default config, every GPU model, is about
+/// 10 KiB); at four bytes a character it stays within the engine's 1 MiB.
+pub const MAX_CONFIG_CHARS: usize = 256 * 1024;
 
 /// Longest config name, characters: layouts are named `<config>#<entry>`, within 64.
 pub const MAX_CONFIG_NAME_CHARS: usize = 56;
@@ -25,8 +26,8 @@ pub const MAX_CONFIG_NAME_CHARS: usize = 56;
 /// Most mdevctl definitions in one import.
 pub const MAX_DEFINITIONS: usize = 256;
 
-/// Largest mdevctl definition, bytes (mdevctl writes a few hundred).
-pub const MAX_DEFINITION_BYTES: usize = 4096;
+/// Largest mdevctl definition, characters (mdevctl writes a few hundred).
+pub const MAX_DEFINITION_CHARS: usize = 4096;
 
 /// What is imported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -109,10 +110,10 @@ impl ImportRequest {
                 "content: the mig-parted config's text is required".into(),
             ));
         }
-        if content.len() > MAX_CONFIG_BYTES {
+        let chars = content.chars().count();
+        if chars > MAX_CONFIG_CHARS {
             return Err(ApiError::Unprocessable(format!(
-                "content: {} bytes; at most {MAX_CONFIG_BYTES} are accepted",
-                content.len()
+                "content: {chars} characters; at most {MAX_CONFIG_CHARS} are accepted"
             )));
         }
         if let Some(name) = &self.config {
@@ -156,10 +157,10 @@ impl ImportRequest {
                         "{at}.uuid: {uuid} is defined twice"
                     )));
                 }
-                if d.content.len() > MAX_DEFINITION_BYTES {
+                let chars = d.content.chars().count();
+                if chars > MAX_DEFINITION_CHARS {
                     return Err(ApiError::Unprocessable(format!(
-                        "{at}.content: {} bytes; at most {MAX_DEFINITION_BYTES} are accepted",
-                        d.content.len()
+                        "{at}.content: {chars} characters; at most {MAX_DEFINITION_CHARS} are accepted"
                     )));
                 }
                 Ok(import::MdevctlFile {
@@ -419,7 +420,7 @@ mod tests {
     fn malformed_and_oversized_requests_are_refused() {
         let bad = [
             serde_json::json!({"format": "mig-parted"}),
-            serde_json::json!({"format": "mig-parted", "content": "x".repeat(MAX_CONFIG_BYTES + 1)}),
+            serde_json::json!({"format": "mig-parted", "content": "x".repeat(MAX_CONFIG_CHARS + 1)}),
             serde_json::json!({"format": "mig-parted", "content": YAML, "config": "a".repeat(57)}),
             serde_json::json!({"format": "mig-parted", "content": YAML, "config": "a\n"}),
             serde_json::json!({"format": "mig-parted", "content": "{{{", "config": "a"}),
@@ -429,7 +430,7 @@ mod tests {
             serde_json::json!({"format": "mdevctl", "definitions": [
                 {"parent": "../x", "uuid": "b1c7a1d2-0000-4000-8000-000000000001", "content": "{}"}]}),
             serde_json::json!({"format": "mdevctl", "definitions": [
-                {"parent": "0000:41:00.0", "uuid": "b1c7a1d2-0000-4000-8000-000000000001", "content": "x".repeat(MAX_DEFINITION_BYTES + 1)}]}),
+                {"parent": "0000:41:00.0", "uuid": "b1c7a1d2-0000-4000-8000-000000000001", "content": "x".repeat(MAX_DEFINITION_CHARS + 1)}]}),
             serde_json::json!({"format": "mdevctl", "definitions": [
                 {"parent": "mtty", "uuid": "b1c7a1d2-0000-4000-8000-000000000001", "content": "{}"},
                 {"parent": "mtty", "uuid": "b1c7a1d2-0000-4000-8000-000000000001", "content": "{}"}]}),
