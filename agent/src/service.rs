@@ -224,6 +224,17 @@ impl Service {
         self.engine.set_layouts(layouts)
     }
 
+    /// Imports what an operator has: a mig-parted config's layouts (they replace the declared
+    /// ones and are applied) or mdevctl definitions (adopted or created as owned slices). With
+    /// `dry_run`, only the diff: nothing changes.
+    pub fn import_layouts(
+        &self,
+        source: crate::engine::import::ImportSource,
+        dry_run: bool,
+    ) -> Result<crate::engine::import::ImportOutcome> {
+        self.engine.import(&source, dry_run)
+    }
+
     /// Brings the host in line with the desired state, then rebuilds the allocation ↔ VM links
     /// from the libvirt domains' records: domains that name allocations or slices that no longer
     /// exist are reported (`stale_vm_links` and a `stale_vm_link` event each). libvirt down is

@@ -16,6 +16,7 @@
 
 mod auth;
 mod extract;
+mod import;
 mod metrics;
 mod openapi;
 mod operations;

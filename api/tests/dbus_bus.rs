@@ -554,3 +554,88 @@ async fn a_second_instance_cannot_take_the_name() {
     let owner: String = reply.body().deserialize().unwrap();
     assert_eq!(owner, first.conn.unique_name().unwrap().as_str());
 }
+
+/// `ImportLayouts` takes `POST /v1/layouts/import`'s body under the layout action: a dry run
+/// answers the diff and changes nothing, the apply makes the config's GPU instances, and a bad
+/// request gets the REST route's refusal as the engine's error name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_layouts_takes_the_rest_request() {
+    let Some(bus) = Bus::start() else { return };
+    let agent = Agent::start(&bus, "dgx-a100").await;
+    let (fake, _polkit) = FakePolkit::serve(&bus).await;
+    let admin = bus.client().await;
+    let config = include_str!("../../tests/fixtures/mig-parted-config.yaml");
+    let request = |dry_run: bool| {
+        serde_json::json!({"format": "mig-parted", "config": "all-1g.10gb", "content": config, "dry_run": dry_run})
+            .to_string()
+    };
+    let e = call::<_, String>(
+        &admin,
+        MANAGER_PATH,
+        MANAGER,
+        "ImportLayouts",
+        &(request(true),),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_name(&e), DENIED);
+    fake.allow(&admin, "io.vgpud.layout");
+    let plan: String = call(
+        &admin,
+        MANAGER_PATH,
+        MANAGER,
+        "ImportLayouts",
+        &(request(true),),
+    )
+    .await
+    .unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan["gpus"].as_array().unwrap().len(), 8, "{plan}");
+    assert!(agent.service.slices().is_empty(), "a dry run makes nothing");
+    let done: String = call(
+        &admin,
+        MANAGER_PATH,
+        MANAGER,
+        "ImportLayouts",
+        &(request(false),),
+    )
+    .await
+    .unwrap();
+    let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert!(
+        done["result"]["status"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "applied"),
+        "{done}"
+    );
+    assert_eq!(agent.service.slices().len(), 56);
+    let unknown = serde_json::json!({"format": "mig-parted", "config": "nope", "content": config});
+    let e = call::<_, String>(
+        &admin,
+        MANAGER_PATH,
+        MANAGER,
+        "ImportLayouts",
+        &(unknown.to_string(),),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_name(&e), "io.vgpud.Agent1.Error.NotFound", "{e}");
+    let path = serde_json::json!({"format": "mdevctl", "definitions": [
+        {"parent": "../../etc", "uuid": "b1c7a1d2-0000-4000-8000-000000000001", "content": "{}"}]});
+    let e = call::<_, String>(
+        &admin,
+        MANAGER_PATH,
+        MANAGER,
+        "ImportLayouts",
+        &(path.to_string(),),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "io.vgpud.Agent1.Error.InvalidRequest",
+        "{e}"
+    );
+}

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
 /// Where vgpud listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/vgpud/api.sock";
@@ -162,4 +162,28 @@ pub enum LayoutsCommand {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Import what an operator has: a mig-parted config (the chosen config's layouts replace
+    /// the declared layouts and are applied) or mdevctl definitions (each mdev adopted when it
+    /// exists as defined, created otherwise). vgpuctl reads the file or directory and sends its
+    /// content. It applies at once and prints the diff; --dry-run prints the diff only.
+    Import(ImportArgs),
+}
+
+/// `vgpuctl layouts import ...`
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["mig_parted", "mdevctl"])))]
+pub struct ImportArgs {
+    /// A mig-parted config file (`version: v1`; `-` for standard input).
+    #[arg(long, value_name = "FILE")]
+    pub mig_parted: Option<PathBuf>,
+    /// The config to import from the mig-parted file (default: the file's only one).
+    #[arg(long, value_name = "NAME", requires = "mig_parted")]
+    pub config: Option<String>,
+    /// An mdevctl definitions directory (`/etc/mdevctl.d`: one `<parent>/<uuid>` file per mdev).
+    #[arg(long, value_name = "DIR")]
+    pub mdevctl: Option<PathBuf>,
+    /// Show what would change (layouts added, changed, removed; slices made, destroyed,
+    /// adopted) and apply nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }

@@ -6,6 +6,7 @@
 
 mod cli;
 mod client;
+mod import;
 mod table;
 
 use std::io::{Read, Write};
@@ -130,6 +131,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             if_match,
             no_wait,
         }) => set_layouts(&client, json, file, if_match.as_deref(), *no_wait).await,
+        Command::Layouts(LayoutsCommand::Import(args)) => import::run(&client, json, args).await,
         Command::Score(request) => {
             let score = client
                 .call(
@@ -423,7 +425,7 @@ fn allocations_text(allocs: &Value) -> String {
     t.render()
 }
 
-fn layouts_text(v: &Value) -> String {
+pub(crate) fn layouts_text(v: &Value) -> String {
     let mut out = format!("etag {}\n\n", cell(&v["etag"]));
     let mut t = Table::new(&["LAYOUT", "SLICES"]);
     for l in v["layouts"].as_array().into_iter().flatten() {

@@ -14,7 +14,7 @@ const A100: &str = "0000:07:00.0";
 struct Served {
     dir: tempfile::TempDir,
     socket: PathBuf,
-    _sim: sim::SimHost,
+    sim: sim::SimHost,
     _server: RestServer,
 }
 
@@ -29,7 +29,7 @@ async fn serve(profile: &'static str) -> Served {
     Served {
         dir,
         socket,
-        _sim: sim,
+        sim,
         _server: server,
     }
 }
@@ -295,4 +295,358 @@ async fn exit_statuses_completions_and_man_page() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+}
+
+/// The mig-parted config the import tests use (mig-parted's format, NVIDIA's configs).
+const MIG_PARTED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/mig-parted-config.yaml"
+);
+
+/// Per GPU in PCI address order: its GPU instances' profiles, sorted, and whether every one has
+/// a single compute instance over it (as mig-parted makes them), as the inventory reads them
+/// back from the simulated NVML.
+async fn gpu_instances(socket: &Path) -> Vec<(Vec<String>, bool)> {
+    let gpus = vgpuctl(socket, &["--json", "gpus"]).await.json();
+    let mut gpus = gpus.as_array().unwrap().clone();
+    gpus.sort_by_key(|g| g["pci_address"].as_str().unwrap().to_owned());
+    gpus.iter()
+        .map(|g| {
+            let instances = g["mig"]["instances"].as_array().unwrap();
+            let mut profiles: Vec<String> = instances
+                .iter()
+                .map(|i| i["profile"].as_str().unwrap().to_owned())
+                .collect();
+            profiles.sort();
+            let whole = instances
+                .iter()
+                .all(|i| i["compute_instances"].as_array().unwrap().len() == 1);
+            (profiles, whole)
+        })
+        .collect()
+}
+
+fn profiles(spec: &[(&str, usize)]) -> Vec<String> {
+    let mut v: Vec<String> = spec
+        .iter()
+        .flat_map(|(p, n)| std::iter::repeat_n((*p).to_owned(), *n))
+        .collect();
+    v.sort();
+    v
+}
+
+/// mig-parted's configs imported on a fresh simulated DGX A100 each give, per GPU, the GPU
+/// instances mig-parted would make: the config's `mig-devices` for that GPU (the 80GB entry of
+/// a device-filtered config; by index in the per-GPU one), each with one compute instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_parted_configs_give_the_instances_mig_parted_makes() {
+    let balanced = profiles(&[("1g.10gb", 2), ("2g.20gb", 1), ("3g.40gb", 1)]);
+    let cases: Vec<(&str, Vec<Vec<String>>)> = vec![
+        ("all-1g.10gb", vec![profiles(&[("1g.10gb", 7)]); 8]),
+        ("all-balanced", vec![balanced.clone(); 8]),
+        (
+            "custom-config",
+            vec![
+                vec![],
+                vec![],
+                vec![],
+                vec![],
+                profiles(&[("1g.10gb", 7)]),
+                profiles(&[("2g.20gb", 3)]),
+                profiles(&[("3g.40gb", 2)]),
+                balanced,
+            ],
+        ),
+    ];
+    for (config, want) in cases {
+        let s = serve("dgx-a100").await;
+        let dry = vgpuctl(
+            &s.socket,
+            &[
+                "layouts",
+                "import",
+                "--mig-parted",
+                MIG_PARTED,
+                "--config",
+                config,
+                "--dry-run",
+            ],
+        )
+        .await;
+        assert_eq!(dry.code, 0, "{config}: {}", dry.stderr);
+        assert!(
+            dry.stdout.starts_with("dry run: nothing applied"),
+            "{}",
+            dry.stdout
+        );
+        assert!(
+            dry.stdout.contains(&format!("{config}#0")) && dry.stdout.contains("added"),
+            "{}",
+            dry.stdout
+        );
+        assert_eq!(
+            vgpuctl(&s.socket, &["--json", "slices"])
+                .await
+                .stdout
+                .trim(),
+            "[]",
+            "a dry run makes nothing"
+        );
+        assert!(
+            gpu_instances(&s.socket)
+                .await
+                .iter()
+                .all(|(p, _)| p.is_empty()),
+            "{config}"
+        );
+
+        let applied = vgpuctl(
+            &s.socket,
+            &[
+                "--json",
+                "layouts",
+                "import",
+                "--mig-parted",
+                MIG_PARTED,
+                "--config",
+                config,
+            ],
+        )
+        .await;
+        assert_eq!(applied.code, 0, "{config}: {}", applied.stderr);
+        let outcome = applied.json();
+        assert_eq!(outcome["dry_run"], false);
+        let status = outcome["result"]["status"].as_array().unwrap();
+        assert_eq!(status.len(), 8, "{outcome}");
+        for st in status {
+            assert_eq!(st["state"], "applied", "{config}: {st}");
+        }
+        let got = gpu_instances(&s.socket).await;
+        let (profiles, whole): (Vec<_>, Vec<_>) = got.into_iter().unzip();
+        assert_eq!(profiles, want, "{config}");
+        assert!(
+            whole.iter().all(|w| *w),
+            "{config}: one compute instance per GPU instance"
+        );
+        let layouts = vgpuctl(&s.socket, &["--json", "layouts", "get"])
+            .await
+            .json();
+        assert!(
+            layouts["layouts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|l| l["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{config}#"))),
+            "{layouts}"
+        );
+        if config == "custom-config" {
+            // mig-enabled: false on GPUs 0-3: MIG turned off (nothing was on them).
+            let gpus = vgpuctl(&s.socket, &["--json", "gpus"]).await.json();
+            let mut off: Vec<(String, bool)> = gpus
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| {
+                    (
+                        g["pci_address"].as_str().unwrap().to_owned(),
+                        g["mig"]["enabled"] == true,
+                    )
+                })
+                .collect();
+            off.sort();
+            let enabled: Vec<bool> = off.iter().map(|(_, on)| *on).collect();
+            assert_eq!(
+                enabled,
+                [false, false, false, false, true, true, true, true]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_parted_import_errors_are_clear() {
+    let s = serve("dgx-a100").await;
+    let import = |args: Vec<String>| {
+        let socket = s.socket.clone();
+        async move {
+            let mut all = vec!["layouts".to_owned(), "import".to_owned()];
+            all.extend(args);
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            vgpuctl(&socket, &refs).await
+        }
+    };
+    let names = "all-1g.10gb, all-1g.5gb, all-balanced, all-disabled, custom-config";
+    let unknown = import(vec![
+        "--mig-parted".into(),
+        MIG_PARTED.into(),
+        "--config".into(),
+        "all-9g".into(),
+    ])
+    .await;
+    assert_eq!(unknown.code, 1);
+    assert!(
+        unknown.stderr.contains("not_found (404)") && unknown.stderr.contains(names),
+        "{}",
+        unknown.stderr
+    );
+    let unnamed = import(vec!["--mig-parted".into(), MIG_PARTED.into()]).await;
+    assert_eq!(unnamed.code, 1);
+    assert!(
+        unnamed.stderr.contains("invalid_request") && unnamed.stderr.contains(names),
+        "{}",
+        unnamed.stderr
+    );
+    // A 40GB part's profile on the 80GB GPUs: refused before anything is declared.
+    let small = import(vec![
+        "--mig-parted".into(),
+        MIG_PARTED.into(),
+        "--config".into(),
+        "all-1g.5gb".into(),
+        "--dry-run".into(),
+    ])
+    .await;
+    assert_eq!(small.code, 1);
+    assert!(small.stderr.contains("1g.5gb"), "{}", small.stderr);
+
+    let bad = s.dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enable: true\n",
+    )
+    .unwrap();
+    let typo = import(vec!["--mig-parted".into(), bad.to_str().unwrap().into()]).await;
+    assert_eq!(typo.code, 1);
+    assert!(
+        typo.stderr.contains("unknown field `mig-enable`")
+            && typo.stderr.contains("line 5 column 7"),
+        "{}",
+        typo.stderr
+    );
+    let huge = s.dir.path().join("huge.yaml");
+    std::fs::write(&huge, "#".repeat(300 * 1024)).unwrap();
+    let large = import(vec!["--mig-parted".into(), huge.to_str().unwrap().into()]).await;
+    assert_eq!(large.code, 1);
+    assert!(
+        large
+            .stderr
+            .contains("too large: 307200 characters; vgpud accepts at most 262144 characters"),
+        "{}",
+        large.stderr
+    );
+    let missing = import(vec!["--mig-parted".into(), "/nonexistent.yaml".into()]).await;
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("/nonexistent.yaml"),
+        "{}",
+        missing.stderr
+    );
+    let both = import(vec![
+        "--mig-parted".into(),
+        MIG_PARTED.into(),
+        "--mdevctl".into(),
+        "/etc/mdevctl.d".into(),
+    ])
+    .await;
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    assert_eq!(import(vec![]).await.code, 2);
+    assert_eq!(
+        vgpuctl(&s.socket, &["--json", "layouts", "get"])
+            .await
+            .json()["layouts"],
+        serde_json::json!([]),
+        "nothing was declared"
+    );
+}
+
+/// A directory as mdevctl writes it (`<parent>/<uuid>` JSON files, a `scripts.d`) on the VDI
+/// host: the mdev that exists is adopted, the one that does not is created with its UUID, one
+/// with attributes is skipped; a dry run shows that and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mdevctl_definitions_are_adopted_or_created() {
+    let s = serve("vdi-mixed").await;
+    let t4 = "0000:41:00.0";
+    let existing = ids::MdevUuid::new_random();
+    mdev::create(
+        s.sim.sysfs().as_ref(),
+        &t4.parse::<ids::PciAddress>().unwrap().into(),
+        &"nvidia-222".parse().unwrap(),
+        existing,
+    )
+    .unwrap();
+    let missing = ids::MdevUuid::new_random();
+    let with_attrs = ids::MdevUuid::new_random();
+    let defs = s.dir.path().join("mdevctl.d");
+    let parent = defs.join(t4);
+    std::fs::create_dir_all(&parent).unwrap();
+    std::fs::create_dir_all(defs.join("scripts.d/callouts")).unwrap();
+    let def = r#"{"mdev_type": "nvidia-222", "start": "auto", "attrs": []}"#;
+    std::fs::write(parent.join(existing.to_string()), def).unwrap();
+    std::fs::write(parent.join(missing.to_string()), def).unwrap();
+    std::fs::write(
+        parent.join(with_attrs.to_string()),
+        r#"{"mdev_type": "nvidia-222", "start": "manual", "attrs": [{"x": "1"}]}"#,
+    )
+    .unwrap();
+    std::fs::write(parent.join(format!("{missing}~")), def).unwrap();
+    let dir = defs.to_str().unwrap();
+
+    let dry = vgpuctl(
+        &s.socket,
+        &["--json", "layouts", "import", "--mdevctl", dir, "--dry-run"],
+    )
+    .await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let plan = dry.json();
+    let action = |uuid: ids::MdevUuid| {
+        plan["definitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["uuid"] == uuid.to_string())
+            .map(|d| d["action"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(plan["definitions"].as_array().unwrap().len(), 3, "{plan}");
+    assert_eq!(action(existing).as_deref(), Some("adopt"));
+    assert_eq!(action(missing).as_deref(), Some("create"));
+    assert_eq!(action(with_attrs).as_deref(), Some("skip"));
+    assert_eq!(
+        vgpuctl(&s.socket, &["--json", "slices"])
+            .await
+            .stdout
+            .trim(),
+        "[]"
+    );
+
+    let applied = vgpuctl(&s.socket, &["layouts", "import", "--mdevctl", dir]).await;
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert!(
+        applied.stdout.contains("adopted 1, created 1, skipped 1"),
+        "{}",
+        applied.stdout
+    );
+    let slices = vgpuctl(&s.socket, &["--json", "slices"]).await.json();
+    let mut uuids: Vec<String> = slices
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["mdev_uuid"].as_str().unwrap().to_owned())
+        .collect();
+    uuids.sort();
+    let mut want = vec![existing.to_string(), missing.to_string()];
+    want.sort();
+    assert_eq!(uuids, want);
+
+    std::fs::write(parent.join(with_attrs.to_string()), " ".repeat(5000)).unwrap();
+    let large = vgpuctl(&s.socket, &["layouts", "import", "--mdevctl", dir]).await;
+    assert_eq!(large.code, 1);
+    assert!(
+        large
+            .stderr
+            .contains("too large: 5000 characters; vgpud accepts at most 4096 characters"),
+        "{}",
+        large.stderr
+    );
 }

@@ -311,3 +311,27 @@ impl Engine {
         Ok(())
     }
 }
+
+impl Engine {
+    /// Each GPU with the layout of `layouts` that would select it, after the checks
+    /// [`Engine::set_layouts`] makes (an import's dry run shows what the apply would do).
+    pub(super) fn layout_choices<'a>(
+        &self,
+        layouts: &'a [Layout],
+    ) -> Result<Vec<(vfio::PciDevice, Option<&'a Layout>)>> {
+        self.check_layouts(layouts)?;
+        Ok(self
+            .facts()?
+            .into_iter()
+            .map(|(dev, index, model)| {
+                let facts = GpuFacts {
+                    dev: &dev,
+                    index,
+                    model,
+                };
+                let chosen = layouts.iter().find(|l| l.selector.matches(&facts));
+                (dev, chosen)
+            })
+            .collect())
+    }
+}

@@ -10,6 +10,7 @@ use zbus::OwnedVariant;
 
 use super::error::DbusError;
 use crate::wire::IdempotencyKey;
+use crate::wire::import::ImportRequest;
 use crate::wire::layouts::{Layout, LayoutsRequest};
 use crate::wire::slices::{
     AllocationRequest, CreateSliceRequest, NumaPolicy, Owner, SliceKind, SliceRequest,
@@ -226,6 +227,19 @@ pub(super) fn layouts(text: &str) -> Result<Vec<engine::Layout>, DbusError> {
     let layouts: Vec<Layout> = serde_json::from_str(text)
         .map_err(|e| DbusError::invalid(format!("invalid layouts document: {e}")))?;
     Ok(LayoutsRequest { layouts }.to_engine()?)
+}
+
+/// `ImportLayouts`: the JSON body of `POST /v1/layouts/import`, parsed into the same wire type
+/// (its checks run in [`ImportRequest::to_engine`], as for REST).
+pub(super) fn import_request(text: &str) -> Result<ImportRequest, DbusError> {
+    if text.len() > MAX_LAYOUTS_JSON {
+        return Err(DbusError::invalid(format!(
+            "the import request is {} bytes; at most {MAX_LAYOUTS_JSON} are accepted",
+            text.len()
+        )));
+    }
+    serde_json::from_str(text)
+        .map_err(|e| DbusError::invalid(format!("invalid import request: {e}")))
 }
 
 /// A slice id: a canonical UUID, as in REST's paths.

@@ -223,6 +223,25 @@ impl ManagerObject {
         to_json(&wire::layouts::LayoutsView::new(&view))
     }
 
+    /// Imports a mig-parted config or mdevctl definitions: `request` is the JSON body of
+    /// `POST /v1/layouts/import` (at most 1 MiB; `dry_run` only shows the diff); returns that
+    /// route's answer as JSON. Needs `io.vgpud.layout`.
+    async fn import_layouts(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        request: String,
+    ) -> Result<String, DbusError> {
+        self.shared.authorize(conn, &header, Action::Layout).await?;
+        let req = args::import_request(&request)?;
+        let source = req.to_engine()?;
+        let dry_run = req.dry_run;
+        let outcome = self
+            .run(conn, move |s| s.import_layouts(source, dry_run))
+            .await?;
+        to_json(&crate::wire::import::ImportOutcome::new(&outcome))
+    }
+
     /// Brings the host in line with the desired state now; returns the report as JSON. Needs
     /// `io.vgpud.manage`.
     async fn reconcile(

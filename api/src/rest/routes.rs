@@ -39,6 +39,7 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(get_allocation, release_allocation))
         .routes(routes!(placement_score))
         .routes(routes!(get_layouts, put_layouts))
+        .routes(routes!(super::import::import_layouts))
         .routes(routes!(get_operation))
         .routes(routes!(events))
         .routes(routes!(healthz))

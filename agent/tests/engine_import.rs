@@ -1,0 +1,214 @@
+//! Imports as content with a dry run: the plan of a mig-parted config (layouts added, changed,
+//! removed; per GPU the slices kept, made and destroyed) and of mdevctl definitions (adopt,
+//! create, skip), and that planning changes nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+use agent::engine::import::{ImportPlan, ImportSource, MdevAction, MdevctlFile, mig_parted_import};
+use agent::engine::{Identity, LayoutEntry, LayoutState};
+use testkit::*;
+
+const A100: &str = "0000:07:00.0";
+const FIXTURE: &str = include_str!("../../tests/fixtures/mig-parted-config.yaml");
+
+fn entry(t: &str, count: u32) -> LayoutEntry {
+    LayoutEntry {
+        slice_type: t.into(),
+        count,
+    }
+}
+
+#[test]
+fn a_mig_parted_plan_is_the_diff_and_changes_nothing() {
+    let h = sim("dgx-a100");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    // 4g.40gb at slot 0 (its only start), then 3g.40gb at 4.
+    e.set_layouts(vec![gpu_layout(A100, &[("4g.40gb", 1), ("3g.40gb", 1)])])
+        .unwrap();
+    let held = e.allocate(request("vm1", "3g.40gb", Some(A100))).unwrap();
+    let before = (e.slices(), e.layouts().layouts, host_slices(&h));
+
+    let layouts = mig_parted_import(FIXTURE, Some("all-balanced")).unwrap();
+    let source = ImportSource::Layouts(layouts);
+    let outcome = e.import(&source, true).unwrap();
+    assert!(outcome.dry_run && outcome.layouts.is_none() && outcome.report.is_none());
+    let ImportPlan::Layouts { changes, gpus, .. } = &outcome.plan else {
+        panic!("{:?}", outcome.plan);
+    };
+    let added: Vec<&str> = changes.added.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        added,
+        [
+            "all-balanced#0",
+            "all-balanced#1",
+            "all-balanced#2",
+            "all-balanced#3"
+        ]
+    );
+    assert_eq!(changes.removed, vec![format!("l-{A100}")]);
+    assert_eq!(gpus.len(), 8);
+    // Every GPU is an A100-80GB: the 80GB entry selects it.
+    assert!(
+        gpus.iter()
+            .all(|g| g.layout.as_deref() == Some("all-balanced#1")),
+        "{gpus:?}"
+    );
+    // The first GPU keeps its (allocated) 3g.40gb and loses the 4g.40gb.
+    let first = &gpus[0];
+    assert_eq!(first.gpu, addr(A100));
+    assert_eq!(first.create, vec![entry("1g.10gb", 2), entry("2g.20gb", 1)]);
+    assert_eq!(first.destroy.len(), 1);
+    assert_eq!(
+        first
+            .destroy
+            .iter()
+            .map(|r| (r.kind.to_string(), r.allocated))
+            .collect::<Vec<_>>(),
+        vec![("MIG 4g.40gb".to_owned(), false)],
+        "{first:?}"
+    );
+    assert!(first.destroy.iter().all(|r| r.slice != held.slices[0]));
+    assert_eq!(first.mig, None, "MIG is on already");
+    assert_eq!(
+        gpus[1].create,
+        vec![
+            entry("1g.10gb", 2),
+            entry("2g.20gb", 1),
+            entry("3g.40gb", 1)
+        ]
+    );
+    assert!(gpus[1].destroy.is_empty());
+    assert_eq!(
+        (e.slices(), e.layouts().layouts, host_slices(&h)),
+        before,
+        "a dry run changes nothing"
+    );
+
+    // Applied (nothing allocated), then planned again: unchanged, nothing to make.
+    e.release(held.id).unwrap();
+    let applied = e.import(&source, false).unwrap();
+    let view = applied.layouts.unwrap();
+    assert!(
+        view.status.iter().all(|s| s.state == LayoutState::Applied),
+        "{view:?}"
+    );
+    let again = e.plan_import(&source).unwrap();
+    let ImportPlan::Layouts { changes, gpus, .. } = again else {
+        panic!();
+    };
+    assert_eq!(changes.unchanged.len(), 4);
+    assert!(changes.added.is_empty() && changes.removed.is_empty());
+    assert!(
+        gpus.iter()
+            .all(|g| g.create.is_empty() && g.destroy.is_empty())
+    );
+}
+
+#[test]
+fn a_plan_the_host_refuses_is_refused_before_anything() {
+    let h = sim("dgx-a100");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    // 1g.5gb is a 40GB part's profile.
+    let layouts = mig_parted_import(FIXTURE, Some("all-1g.5gb")).unwrap();
+    let err = e.import(&ImportSource::Layouts(layouts), true).unwrap_err();
+    assert_eq!(err.code(), "invalid_request");
+    assert!(err.to_string().contains("1g.5gb"), "{err}");
+    assert!(e.layouts().layouts.is_empty());
+}
+
+#[test]
+fn mdevctl_definitions_are_planned_then_adopted_or_created() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let parent: ids::MdevParentName = "0000:41:00.0".parse().unwrap();
+    let existing = ids::MdevUuid::new_random();
+    mdev::create(
+        h.sysfs().as_ref(),
+        &addr("0000:41:00.0").into(),
+        &"nvidia-222".parse().unwrap(),
+        existing,
+    )
+    .unwrap();
+    let def = r#"{"mdev_type": "nvidia-222", "start": "auto", "attrs": []}"#;
+    let file = |uuid, text: &str| MdevctlFile {
+        parent: parent.clone(),
+        uuid,
+        text: text.into(),
+    };
+    let missing = ids::MdevUuid::new_random();
+    let files = vec![
+        file(existing, def),
+        file(missing, def),
+        file(ids::MdevUuid::new_random(), "garbage"),
+        file(
+            ids::MdevUuid::new_random(),
+            r#"{"mdev_type": "nvidia-222", "start": "auto", "attrs": [{"x": "1"}]}"#,
+        ),
+        file(
+            ids::MdevUuid::new_random(),
+            r#"{"mdev_type": "nvidia-999", "start": "manual"}"#,
+        ),
+    ];
+    let source = ImportSource::Mdevctl(files);
+    let before = host_slices(&h);
+    let plan = e.import(&source, true).unwrap().plan;
+    let ImportPlan::Mdevs(defs) = plan else {
+        panic!("{plan:?}");
+    };
+    let actions: Vec<MdevAction> = defs.iter().map(|d| d.action).collect();
+    assert_eq!(
+        actions,
+        [
+            MdevAction::Adopt,
+            MdevAction::Create,
+            MdevAction::Skip,
+            MdevAction::Skip,
+            MdevAction::Skip
+        ]
+    );
+    assert!(
+        defs[2]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("not an mdevctl definition")
+    );
+    assert!(defs[3].reason.as_deref().unwrap().contains("attributes"));
+    assert_eq!(defs[4].mdev_type.as_deref(), Some("nvidia-999"));
+    assert!(
+        e.slices().is_empty() && host_slices(&h) == before,
+        "a dry run changes nothing"
+    );
+
+    let report = e.import(&source, false).unwrap().report.unwrap();
+    assert_eq!(
+        (
+            report.adopted.len(),
+            report.created.len(),
+            report.skipped.len()
+        ),
+        (1, 1, 3),
+        "{report:?}"
+    );
+    let uuids: Vec<_> = e
+        .slices()
+        .into_iter()
+        .map(|s| match s.identity {
+            Identity::Mdev { uuid } => uuid,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(uuids.contains(&existing) && uuids.contains(&missing));
+    assert!(exists(&h, &format!("/sys/bus/mdev/devices/{missing}")));
+    // A second import finds both owned.
+    let ImportPlan::Mdevs(defs) = e.plan_import(&source).unwrap() else {
+        panic!();
+    };
+    assert!(
+        defs[..2].iter().all(|d| d.action == MdevAction::Skip
+            && d.reason.as_deref().unwrap().contains("owned already")),
+        "{defs:?}"
+    );
+}
