@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use agent::engine::import::{ImportPlan, ImportSource, MdevAction, MdevctlFile, mig_parted_import};
-use agent::engine::{Identity, LayoutEntry, LayoutState};
+use agent::engine::{LayoutEntry, LayoutState};
 use testkit::*;
 
 const A100: &str = "0000:07:00.0";
@@ -192,14 +192,7 @@ fn mdevctl_definitions_are_planned_then_adopted_or_created() {
         (1, 1, 3),
         "{report:?}"
     );
-    let uuids: Vec<_> = e
-        .slices()
-        .into_iter()
-        .map(|s| match s.identity {
-            Identity::Mdev { uuid } => uuid,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let uuids = owned_mdevs(&e);
     assert!(uuids.contains(&existing) && uuids.contains(&missing));
     assert!(exists(&h, &format!("/sys/bus/mdev/devices/{missing}")));
     // A second import finds both owned.

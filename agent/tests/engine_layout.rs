@@ -164,14 +164,7 @@ fn mdevctl_definitions_are_adopted_or_created() {
         (1, 1, 1),
         "{report:?}"
     );
-    let uuids: Vec<_> = e
-        .slices()
-        .into_iter()
-        .map(|s| match s.identity {
-            Identity::Mdev { uuid } => uuid,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let uuids = owned_mdevs(&e);
     assert!(uuids.contains(&existing) && uuids.contains(&missing));
     assert!(exists(&h, &format!("/sys/bus/mdev/devices/{missing}")));
     assert!(e.reconcile().unwrap().foreign.is_empty());

@@ -4,7 +4,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use agent::engine::{AllocationRequest, Event, NumaPolicy, SliceRequest};
+use agent::engine::{AllocationRequest, Event, NumaPolicy};
 use agent::pinning::PinningConfig;
 use agent::service::{Service, ServiceOptions};
 use testkit::*;
@@ -50,13 +50,7 @@ fn t4_type(s: &Service) -> String {
 }
 
 fn request(vm: &str, t: &str, policy: NumaPolicy) -> AllocationRequest {
-    let mut r = SliceRequest::new(t, 1);
-    r.numa_policy = Some(policy);
-    AllocationRequest {
-        consumer: format!("tenant-{vm}"),
-        vm: Some(vm.into()),
-        request: r,
-    }
+    vm_request(&format!("tenant-{vm}"), vm, t, policy)
 }
 
 #[test]

@@ -506,9 +506,7 @@ async fn the_socket_has_its_mode_and_is_removed_on_shutdown() {
 async fn mutations_need_an_identified_caller() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let (_sim, service) = tokio::task::spawn_blocking(move || testkit::service("dgx-a100", &state))
-        .await
-        .unwrap();
+    let (_sim, service) = testkit::service_async("dgx-a100", state).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = rest::router(service.clone(), RestOptions::default());

@@ -86,9 +86,7 @@ async fn start(pki: &Pki) -> Server {
         )),
     };
     let state = dir.path().join("state");
-    let (_sim, service) = tokio::task::spawn_blocking(move || testkit::service("dgx-a100", &state))
-        .await
-        .unwrap();
+    let (_sim, service) = testkit::service_async("dgx-a100", state).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = rest::router(service.clone(), RestOptions::default());
@@ -292,10 +290,7 @@ async fn a_tcp_listener_without_authentication_does_not_start() {
     std::fs::write(&cert, &server.cert_pem).unwrap();
     std::fs::write(&key, &server.key_pem).unwrap();
     let state = dir.path().join("state");
-    let (_sim, service) =
-        tokio::task::spawn_blocking(move || testkit::service("single-gpu", &state))
-            .await
-            .unwrap();
+    let (_sim, service) = testkit::service_async("single-gpu", state).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let options = TlsOptions {
         cert,

@@ -5,16 +5,10 @@
 use agent::config::Config;
 use agent::engine::{AllocationRequest, NumaPolicy, SliceRequest};
 use agent::service::{Service, ServiceOptions};
-use testkit::{engine, sim};
+use testkit::{engine, sim, vm_request};
 
 fn request(vm: &str, t: &str, policy: NumaPolicy) -> AllocationRequest {
-    let mut r = SliceRequest::new(t, 1);
-    r.numa_policy = Some(policy);
-    AllocationRequest {
-        consumer: format!("tenant-{vm}"),
-        vm: Some(vm.into()),
-        request: r,
-    }
+    vm_request(&format!("tenant-{vm}"), vm, t, policy)
 }
 
 #[test]

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agent::engine::{
-    AllocationRequest, CreateSlice, Engine, GpuSelector, Layout, LayoutEntry, Slice, SliceKind,
-    SliceRequest, SliceSpec,
+    AllocationRequest, CreateSlice, Engine, GpuSelector, Layout, LayoutEntry, NumaPolicy, Slice,
+    SliceKind, SliceRequest, SliceSpec,
 };
 use ids::PciAddress;
 use sim::SimHost;
@@ -108,6 +108,28 @@ pub fn host_slices(sim: &SimHost) -> Vec<(PciAddress, inventory::ExistingSlice)>
         .iter()
         .flat_map(|g| g.slices.iter().map(move |s| (g.pci_address, s.clone())))
         .collect()
+}
+
+/// The mdev UUIDs of the engine's slices (panics on a slice of another kind).
+pub fn owned_mdevs(e: &Engine) -> Vec<ids::MdevUuid> {
+    e.slices()
+        .into_iter()
+        .map(|s| match s.identity {
+            agent::engine::Identity::Mdev { uuid } => uuid,
+            other => panic!("not an mdev slice: {other:?}"),
+        })
+        .collect()
+}
+
+/// A one-slice allocation request of `consumer` for VM `vm` under a NUMA policy.
+pub fn vm_request(consumer: &str, vm: &str, t: &str, policy: NumaPolicy) -> AllocationRequest {
+    let mut r = SliceRequest::new(t, 1);
+    r.numa_policy = Some(policy);
+    AllocationRequest {
+        consumer: consumer.into(),
+        vm: Some(vm.into()),
+        request: r,
+    }
 }
 
 /// A layout for one GPU: `entries` are (slice type, count); no AMD partition, MIG mode as the

@@ -17,5 +17,6 @@ pub use engine::*;
 pub use hostwire::sim_access;
 pub use rest::RestServer;
 pub use sim_host::{
-    TEST_VENDOR_TIMEOUT, engine, engine_with, service, service_on_profile, sim, sim_engine,
+    TEST_VENDOR_TIMEOUT, engine, engine_with, service, service_async, service_on_profile, sim,
+    sim_engine,
 };

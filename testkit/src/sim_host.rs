@@ -1,6 +1,6 @@
 //! A simulated host, and an engine and a service over it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent::engine::{Engine, EngineConfig};
@@ -48,4 +48,11 @@ pub fn service_on_profile(profile: Profile, state_dir: &Path) -> (SimHost, Servi
     let engine = engine(&sim, state_dir);
     engine.reconcile().unwrap();
     (sim, Service::new(engine))
+}
+
+/// [`service`] made on a blocking thread, for async tests (opening and reconciling block).
+pub async fn service_async(profile: &'static str, state_dir: PathBuf) -> (SimHost, Service) {
+    tokio::task::spawn_blocking(move || service(profile, &state_dir))
+        .await
+        .unwrap()
 }

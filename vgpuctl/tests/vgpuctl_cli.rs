@@ -21,9 +21,7 @@ struct Served {
 async fn serve(profile: &'static str) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let (sim, service) = tokio::task::spawn_blocking(move || testkit::service(profile, &state))
-        .await
-        .unwrap();
+    let (sim, service) = testkit::service_async(profile, state).await;
     let socket = dir.path().join("api.sock");
     let server = RestServer::start(service, RestOptions::default(), &socket).await;
     Served {

@@ -13,11 +13,11 @@ use tokio::sync::broadcast;
 
 use super::error::Result;
 use super::events::Event;
-use super::hostctx::Host;
 use super::layout::GpuLayoutStatus;
 use super::locks::{GpuLocks, KeyLocks, lock};
 use super::model::SliceId;
 use super::state::{self, Desired};
+use super::timed_host::TimedHost;
 
 /// How to open an engine.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ pub struct Engine {
 
 #[derive(Debug)]
 pub(super) struct Inner {
-    pub(super) host: Host,
+    pub(super) host: TimedHost,
     pub(super) store: Mutex<store::Store<Desired>>,
     pub(super) gpu_locks: GpuLocks,
     pub(super) key_locks: KeyLocks,
@@ -74,7 +74,7 @@ impl Engine {
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
         Ok(Engine {
             inner: Arc::new(Inner {
-                host: Host::new(config.host, config.vendor_timeout),
+                host: TimedHost::new(config.host, config.vendor_timeout),
                 store: Mutex::new(store),
                 gpu_locks: GpuLocks::default(),
                 key_locks: KeyLocks::default(),
@@ -107,7 +107,7 @@ impl Engine {
         self.read(|d| d.intents.len())
     }
 
-    pub(super) fn host(&self) -> &Host {
+    pub(super) fn host(&self) -> &TimedHost {
         &self.inner.host
     }
 

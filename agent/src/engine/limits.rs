@@ -31,6 +31,20 @@ pub const MAX_ITEMS: usize = 64;
 /// Highest GPU index a layout selector may name.
 pub const MAX_GPU_INDEX: u32 = 1023;
 
+/// Largest mig-parted config an import takes, characters (NVIDIA's default config, every GPU
+/// model, is about 10 KiB); at four bytes a character it stays within a 1 MiB body.
+pub const MAX_IMPORT_CONFIG_CHARS: usize = 256 * 1024;
+
+/// Longest mig-parted config name, characters: imported layouts are named `<config>#<entry>`,
+/// which must stay within [`MAX_TEXT_CHARS`].
+pub const MAX_IMPORT_CONFIG_NAME_CHARS: usize = 56;
+
+/// Most mdevctl definitions in one import.
+pub const MAX_IMPORT_DEFINITIONS: usize = 256;
+
+/// Largest mdevctl definition, characters (mdevctl writes a few hundred).
+pub const MAX_IMPORT_DEFINITION_CHARS: usize = 4096;
+
 /// Why a piece of free text is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextFault {

@@ -333,11 +333,6 @@ impl Engine {
             }
         }
     }
-
-    /// Foreign slices seen on the host (as of the last reconcile).
-    pub fn foreign_slices(&self) -> Vec<String> {
-        lock(&self.inner.foreign_seen).iter().cloned().collect()
-    }
 }
 
 fn is_ours(gpu: Option<PciAddress>, id: &Identity, on: PciAddress, slice: &ExistingSlice) -> bool {

@@ -4,12 +4,12 @@ use ids::{MdevParentName, MdevTypeId, MigProfileName, PciAddress, PciVendorId};
 
 use super::backend::profile_by_name;
 use super::error::{EngineError, Result};
-use super::hostctx::Host;
 use super::model::{DeviceRef, SliceKind, SliceSpec};
+use super::timed_host::TimedHost;
 
 /// The host's GPUs (physical functions), in address order. VFs are skipped by their `physfn`
 /// link before anything else is read, so a host with hundreds of VFs stays cheap to list.
-pub(crate) fn gpus(host: &Host) -> Result<Vec<vfio::PciDevice>> {
+pub(crate) fn gpus(host: &TimedHost) -> Result<Vec<vfio::PciDevice>> {
     let (addrs, _) = vfio::list_devices(host.fs())
         .map_err(|e| EngineError::from_vfio("cannot list PCI devices", e))?;
     let mut out = Vec::new();
@@ -26,13 +26,17 @@ pub(crate) fn gpus(host: &Host) -> Result<Vec<vfio::PciDevice>> {
 
 /// A VGA or 3D controller or a processing accelerator, by its class code alone (any vendor: the
 /// device is read in full only after this cheap check).
-fn looks_like_gpu(host: &Host, addr: PciAddress) -> bool {
+fn looks_like_gpu(host: &TimedHost, addr: PciAddress) -> bool {
     vfio::device_class(host.fs(), addr)
         .is_ok_and(|class| matches!(class >> 8, 0x0300 | 0x0302 | 0x1200))
 }
 
 /// The kind a type string means on one GPU, `None` when the GPU does not offer it.
-pub(crate) fn kind_on(host: &Host, dev: &vfio::PciDevice, t: &str) -> Result<Option<SliceKind>> {
+pub(crate) fn kind_on(
+    host: &TimedHost,
+    dev: &vfio::PciDevice,
+    t: &str,
+) -> Result<Option<SliceKind>> {
     let gpu = dev.address;
     let nvidia = dev.vendor == PciVendorId::NVIDIA;
     match t {
@@ -67,7 +71,7 @@ pub(crate) fn kind_on(host: &Host, dev: &vfio::PciDevice, t: &str) -> Result<Opt
 /// on a MIG-capable GPU whose MIG mode is off now: the layout turns MIG on first, and the
 /// profile is checked when the slice is made (NVML lists profiles only with MIG on).
 pub(crate) fn layout_kind_on(
-    host: &Host,
+    host: &TimedHost,
     dev: &vfio::PciDevice,
     t: &str,
 ) -> Result<Option<SliceKind>> {
@@ -87,7 +91,7 @@ pub(crate) fn layout_kind_on(
 }
 
 /// The GPU's MIG mode; `None` without MIG (or without NVML). A timeout is an error.
-pub(crate) fn mig_mode(host: &Host, gpu: PciAddress) -> Result<Option<gpu::MigMode>> {
+pub(crate) fn mig_mode(host: &TimedHost, gpu: PciAddress) -> Result<Option<gpu::MigMode>> {
     let Ok(nvml) = host.nvml() else {
         return Ok(None);
     };
@@ -106,7 +110,7 @@ pub(crate) fn mig_mode(host: &Host, gpu: PciAddress) -> Result<Option<gpu::MigMo
 }
 
 /// A vendor-VFIO vGPU type by name (`NVIDIA H200X-35C`) or id (`1421`).
-fn vgpu_type(host: &Host, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>> {
+fn vgpu_type(host: &TimedHost, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>> {
     let Ok(nvml) = host.nvml() else {
         return Ok(None);
     };
@@ -129,7 +133,7 @@ fn vgpu_type(host: &Host, gpu: PciAddress, t: &str) -> Result<Option<SliceKind>>
 
 /// The mdev parents that are not PCI devices (the kernel's `mtty`, `mdpy`, `mbochs`) offering
 /// `t` as an mdev type. A parent that cannot be read offers nothing: GPUs come first.
-fn virtual_parent_specs(host: &Host, t: &str) -> Vec<SliceSpec> {
+fn virtual_parent_specs(host: &TimedHost, t: &str) -> Vec<SliceSpec> {
     let Ok(type_id) = t.parse::<MdevTypeId>() else {
         return Vec::new();
     };
@@ -162,7 +166,11 @@ pub(crate) fn check_type(t: &str) -> Result<&str> {
 }
 
 /// Every (GPU, kind) that can satisfy the type, on `only` or on every GPU.
-pub(crate) fn candidates(host: &Host, t: &str, only: Option<PciAddress>) -> Result<Vec<SliceSpec>> {
+pub(crate) fn candidates(
+    host: &TimedHost,
+    t: &str,
+    only: Option<PciAddress>,
+) -> Result<Vec<SliceSpec>> {
     let t = check_type(t)?;
     let devs = match only {
         Some(g) => vec![host.gpu(g)?],

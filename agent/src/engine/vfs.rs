@@ -7,11 +7,11 @@
 use ids::{PciAddress, PciVendorId};
 
 use super::error::{EngineError, Result};
-use super::hostctx::Host;
 use super::model::Identity;
+use super::timed_host::TimedHost;
 
 /// AMD SMI, when it answers for this GPU.
-fn amd_for<'a>(host: &'a Host, dev: &vfio::PciDevice) -> Option<&'a dyn gpu::AmdSmi> {
+fn amd_for<'a>(host: &'a TimedHost, dev: &vfio::PciDevice) -> Option<&'a dyn gpu::AmdSmi> {
     if dev.vendor != PciVendorId::AMD {
         return None;
     }
@@ -20,7 +20,7 @@ fn amd_for<'a>(host: &'a Host, dev: &vfio::PciDevice) -> Option<&'a dyn gpu::Amd
 }
 
 /// How many VFs to enable: what the AMD partition mode supports, else `sriov_totalvfs`.
-pub(crate) fn target_count(host: &Host, dev: &vfio::PciDevice) -> u32 {
+pub(crate) fn target_count(host: &TimedHost, dev: &vfio::PciDevice) -> u32 {
     if let Some(amd) = amd_for(host, dev)
         && let Ok(c) = amd.num_vf(dev.address)
         && c.supported > 0
@@ -31,7 +31,7 @@ pub(crate) fn target_count(host: &Host, dev: &vfio::PciDevice) -> u32 {
 }
 
 /// Sets the VF count and returns how many the kernel really enabled.
-pub(crate) fn set_count(host: &Host, gpu: PciAddress, count: u32) -> Result<u32> {
+pub(crate) fn set_count(host: &TimedHost, gpu: PciAddress, count: u32) -> Result<u32> {
     let dev = host.gpu(gpu)?;
     if let Some(amd) = amd_for(host, &dev) {
         let timeout = host.timeout();
@@ -53,7 +53,7 @@ pub(crate) fn set_count(host: &Host, gpu: PciAddress, count: u32) -> Result<u32>
 
 /// Enables VFs on a GPU that has none; fails (after turning them off again) when the kernel
 /// enabled fewer than `need`.
-pub(crate) fn enable(host: &Host, gpu: PciAddress, need: u32) -> Result<u32> {
+pub(crate) fn enable(host: &TimedHost, gpu: PciAddress, need: u32) -> Result<u32> {
     let dev = host.gpu(gpu)?;
     let want = target_count(host, &dev).max(need);
     if want == 0 {
@@ -80,7 +80,7 @@ pub(crate) fn enable(host: &Host, gpu: PciAddress, need: u32) -> Result<u32> {
 }
 
 /// Whether any VF of the GPU is in use: owned, typed, or bound to vfio-pci.
-pub(crate) fn in_use(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Result<bool> {
+pub(crate) fn in_use(host: &TimedHost, gpu: PciAddress, reserved: &[Identity]) -> Result<bool> {
     for (_, vf) in host.vfs(gpu)? {
         let owned = reserved
             .iter()
@@ -101,7 +101,7 @@ pub(crate) fn in_use(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Res
 
 /// Turns the GPU's VFs off again when nothing uses them (undoing an enable of ours).
 pub(crate) fn disable_if_unused(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     reserved: &[Identity],
 ) -> Result<bool> {
@@ -115,7 +115,7 @@ pub(crate) fn disable_if_unused(
 /// Makes sure VF `index` exists (after a reboot the count is back to the boot default).
 /// Returns whether VFs were (re-)enabled.
 pub(crate) fn ensure_index(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     reserved: &[Identity],

@@ -16,18 +16,12 @@ use super::slices::type_name;
 use super::{canonical, check_text, parse_device};
 use crate::error::ApiError;
 
-/// Largest mig-parted config, characters (NVIDIA's default config, every GPU model, is about
-/// 10 KiB); at four bytes a character it stays within the engine's 1 MiB.
-pub const MAX_CONFIG_CHARS: usize = 256 * 1024;
-
-/// Longest config name, characters: layouts are named `<config>#<entry>`, within 64.
-pub const MAX_CONFIG_NAME_CHARS: usize = 56;
-
-/// Most mdevctl definitions in one import.
-pub const MAX_DEFINITIONS: usize = 256;
-
-/// Largest mdevctl definition, characters (mdevctl writes a few hundred).
-pub const MAX_DEFINITION_CHARS: usize = 4096;
+/// The import limits, defined once with the others ([`agent::engine::limits`]).
+pub use agent::engine::limits::{
+    MAX_IMPORT_CONFIG_CHARS as MAX_CONFIG_CHARS,
+    MAX_IMPORT_CONFIG_NAME_CHARS as MAX_CONFIG_NAME_CHARS,
+    MAX_IMPORT_DEFINITION_CHARS as MAX_DEFINITION_CHARS, MAX_IMPORT_DEFINITIONS as MAX_DEFINITIONS,
+};
 
 /// What is imported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -5,8 +5,8 @@ use ids::{MdevTypeId, MdevUuid};
 
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 pub(crate) struct MdevBackend;
 
@@ -35,7 +35,7 @@ fn handles(dev: &mdev::MdevDevice) -> Handles {
 }
 
 /// `None` when absent; the device when present.
-fn read(host: &Host, uuid: MdevUuid) -> Result<Option<mdev::MdevDevice>> {
+fn read(host: &TimedHost, uuid: MdevUuid) -> Result<Option<mdev::MdevDevice>> {
     match mdev::read_device(host.fs(), uuid) {
         Ok(d) => Ok(Some(d)),
         Err(mdev::MdevError::NotFound { .. }) => Ok(None),
@@ -57,7 +57,7 @@ fn mismatch(spec: &SliceSpec, ty: &MdevTypeId, dev: &mdev::MdevDevice) -> Option
 }
 
 impl Backend for MdevBackend {
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()> {
         let ty = type_of(spec)?;
         let parent = spec.gpu.mdev_parent();
         mdev::read_type(host.fs(), &parent, ty)
@@ -65,7 +65,7 @@ impl Backend for MdevBackend {
             .map_err(|e| EngineError::from_mdev(format!("{} cannot make {ty}", spec.gpu), e))
     }
 
-    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
         let ty = type_of(spec)?;
         let parent = spec.gpu.mdev_parent();
         let info = mdev::read_type(host.fs(), &parent, ty)
@@ -85,7 +85,7 @@ impl Backend for MdevBackend {
         }
     }
 
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         let (ty, uuid) = (type_of(spec)?, uuid_of(id)?);
         if let Some(dev) = read(host, uuid)? {
             return match mismatch(spec, ty, &dev) {
@@ -100,7 +100,7 @@ impl Backend for MdevBackend {
         Ok(handles(&dev))
     }
 
-    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+    fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()> {
         let (ty, uuid) = (type_of(spec)?, uuid_of(id)?);
         let Some(dev) = read(host, uuid)? else {
             return Ok(());
@@ -122,7 +122,7 @@ impl Backend for MdevBackend {
         }
     }
 
-    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+    fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         let (ty, uuid) = (type_of(spec)?, uuid_of(id)?);
         Ok(match read(host, uuid)? {
             None => Observed::Absent,

@@ -8,16 +8,16 @@ use ids::{MigProfileName, PciAddress};
 use super::choose::{choose_mig_start, choose_mig_start_scheduled, overlaps};
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::mig_geometry::{self, ProfileFacts};
 use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 pub(crate) struct MigBackend;
 
 /// NVML, the GPU's index, and a check that MIG is on.
-pub(super) fn mig_gpu(host: &Host, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
+pub(super) fn mig_gpu(host: &TimedHost, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
     let dev = host.gpu(gpu)?;
-    if !Host::is_nvidia(&dev) {
+    if !TimedHost::is_nvidia(&dev) {
         return Err(EngineError::Unsupported(format!(
             "GPU {gpu} is not an NVIDIA GPU"
         )));
@@ -42,7 +42,7 @@ pub(super) fn mig_gpu(host: &Host, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> 
 
 /// The GPU-instance profile with this name on this GPU.
 pub(crate) fn profile_by_name(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     name: &MigProfileName,
 ) -> Result<GpuInstanceProfile> {
@@ -63,7 +63,7 @@ pub(crate) fn profile_by_name(
 }
 
 pub(super) fn placements(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     profile: u32,
@@ -76,7 +76,7 @@ pub(super) fn placements(
 /// An explicit start slot must be one of the profile's placements (`what` names the profile in
 /// the refusal).
 pub(super) fn check_start(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     profile: u32,
     start: Option<u32>,
@@ -96,7 +96,7 @@ pub(super) fn check_start(
     )))
 }
 
-pub(super) fn instances(host: &Host, gpu: PciAddress, index: u32) -> Result<Vec<GpuInstance>> {
+pub(super) fn instances(host: &TimedHost, gpu: PciAddress, index: u32) -> Result<Vec<GpuInstance>> {
     host.nvml()?
         .gpu_instances(index)
         .map_err(|e| host.nvml_err(format!("cannot list MIG instances of {gpu}"), gpu, e))
@@ -104,7 +104,7 @@ pub(super) fn instances(host: &Host, gpu: PciAddress, index: u32) -> Result<Vec<
 
 /// The memory-slice size of each reserved GPU-instance placement on the GPU (MIG slices and
 /// MIG-backed vGPUs), as placements.
-fn mig_sizes(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<Placement>> {
+fn mig_sizes(host: &TimedHost, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<Placement>> {
     let mut out = Vec::new();
     for (start, profile) in reserved.iter().filter_map(Identity::mig_slot) {
         let p = profile_by_name(host, gpu, profile)?;
@@ -120,7 +120,7 @@ fn mig_sizes(host: &Host, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<
 /// The start slot the scheduler gives a new instance of `name`, from the GPU's whole geometry
 /// and what it carries (instances on the host and owned identities the host lost).
 fn scheduled_start(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     name: &MigProfileName,
@@ -163,7 +163,7 @@ fn scheduled_start(
 /// otherwise the scheduler's choice, or the first free placement. Placements of `reserved`
 /// identities (owned, present or not) count as occupied.
 pub(super) fn plan_start(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     name: &MigProfileName,
     start: Option<u32>,
@@ -220,7 +220,7 @@ fn id_parts(id: &Identity) -> Result<(u32, &MigProfileName)> {
 /// Creates a GPU instance of `profile` (named `name`) at slot `start`; a slot the profile
 /// cannot start at is a conflict.
 pub(super) fn create_gi(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     profile: &GpuInstanceProfile,
@@ -245,7 +245,7 @@ pub(super) fn create_gi(
 
 /// The GPU instance at `start`, if any.
 pub(super) fn at_start(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     start: u32,
@@ -257,7 +257,7 @@ pub(super) fn at_start(
 
 /// Compute instances of a GPU instance.
 pub(super) fn cis(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     gi: u32,
@@ -273,7 +273,7 @@ pub(super) fn cis(
 
 /// Creates one compute instance spanning the whole GPU instance.
 fn create_ci(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     gi: &GpuInstance,
@@ -314,7 +314,7 @@ fn present(gi: &GpuInstance, ci: Option<u32>) -> Observed {
 }
 
 impl Backend for MigBackend {
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()> {
         let gpu = spec.pci()?;
         let (name, start) = spec_parts(spec)?;
         let profile = profile_by_name(host, gpu, name)?;
@@ -323,7 +323,7 @@ impl Backend for MigBackend {
         })
     }
 
-    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
         let gpu = spec.pci()?;
         self.validate(host, spec)?;
         let (name, start) = spec_parts(spec)?;
@@ -333,7 +333,7 @@ impl Backend for MigBackend {
         })
     }
 
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
         let profile = profile_by_name(host, gpu, name)?;
@@ -371,7 +371,7 @@ impl Backend for MigBackend {
         }
     }
 
-    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+    fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()> {
         let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
         let profile = profile_by_name(host, gpu, name)?;
@@ -402,7 +402,7 @@ impl Backend for MigBackend {
             .map_err(|e| host.nvml_err(format!("cannot destroy {gpu} GI {}", gi.id), gpu, e))
     }
 
-    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+    fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
         let profile = profile_by_name(host, gpu, name)?;

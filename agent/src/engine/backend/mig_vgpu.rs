@@ -27,14 +27,17 @@ use super::vf_type::{
 };
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 pub(crate) struct MigVgpuBackend;
 
 /// The spec's GPU, vGPU type and explicit start slot, with the GPU-instance profile id NVML
 /// names for the type.
-fn spec_parts(host: &Host, spec: &SliceSpec) -> Result<(PciAddress, VgpuTypeId, u32, Option<u32>)> {
+fn spec_parts(
+    host: &TimedHost,
+    spec: &SliceSpec,
+) -> Result<(PciAddress, VgpuTypeId, u32, Option<u32>)> {
     let gpu = spec.pci()?;
     let (ty, start) = type_of(spec)?;
     let profile = mig_profile_id(host, gpu, ty)?.ok_or_else(|| {
@@ -46,26 +49,26 @@ fn spec_parts(host: &Host, spec: &SliceSpec) -> Result<(PciAddress, VgpuTypeId, 
 }
 
 impl Backend for MigVgpuBackend {
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()> {
         check_offered(host, spec.pci()?, type_of(spec)?.0)?;
         let (gpu, ty, profile, start) = spec_parts(host, spec)?;
         validate(host, gpu, ty, profile, start)
     }
 
-    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
         let (gpu, ty, profile, start) = spec_parts(host, spec)?;
         plan(host, gpu, ty, profile, start, reserved)
     }
 
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         realize(host, spec.pci()?, type_of(spec)?.0, id)
     }
 
-    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+    fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()> {
         destroy(host, spec.pci()?, type_of(spec)?.0, id)
     }
 
-    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+    fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         observe(host, spec.pci()?, type_of(spec)?.0, id)
     }
 }
@@ -85,7 +88,7 @@ fn parts(id: &Identity) -> Result<(PciAddress, u32, &MigProfileName)> {
 
 /// The GPU-instance profile with NVML's id `profile`; MIG mode must be on.
 fn profile_by_id(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     ty: VgpuTypeId,
     profile: u32,
@@ -109,7 +112,7 @@ fn profile_by_id(
 
 /// MIG mode on, the type's profile offered, an explicit start allowed for it.
 fn validate(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     ty: VgpuTypeId,
     profile: u32,
@@ -123,7 +126,7 @@ fn validate(
 
 /// A free VF and a free placement (explicit, or the scheduler's) for the GPU instance.
 fn plan(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     ty: VgpuTypeId,
     profile: u32,
@@ -145,7 +148,7 @@ fn plan(
     })
 }
 
-fn handles(host: &Host, vf: PciAddress, gi: &GpuInstance) -> Result<Handles> {
+fn handles(host: &TimedHost, vf: PciAddress, gi: &GpuInstance) -> Result<Handles> {
     Ok(Handles {
         gpu_instance_id: Some(gi.id),
         ..vf_handles(host, vf)?
@@ -154,7 +157,7 @@ fn handles(host: &Host, vf: PciAddress, gi: &GpuInstance) -> Result<Handles> {
 
 /// GPU instances of the profile that no compute instance and no vGPU uses, counted: the driver
 /// may put a new vGPU into any of them.
-fn unused_instances(host: &Host, gpu: PciAddress, index: u32, profile: u32) -> Result<usize> {
+fn unused_instances(host: &TimedHost, gpu: PciAddress, index: u32, profile: u32) -> Result<usize> {
     let mut without_ci = 0usize;
     for gi in instances(host, gpu, index)?
         .iter()
@@ -183,7 +186,7 @@ fn unused_instances(host: &Host, gpu: PciAddress, index: u32, profile: u32) -> R
 }
 
 /// Makes the GPU instance (unless ours is already there), then writes the type.
-fn realize(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Handles> {
+fn realize(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Handles> {
     let (vf, start, name) = parts(id)?;
     if !vfio::device_exists(host.fs(), vf) {
         return Err(EngineError::Conflict(format!(
@@ -240,7 +243,7 @@ fn realize(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Resul
 /// Writes the type once our GPU instance is the only unused one of its profile, and reads it
 /// back.
 fn put_type(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     index: u32,
     ty: VgpuTypeId,
@@ -261,7 +264,7 @@ fn put_type(
 }
 
 /// Removes the vGPU, then the GPU instance at the slot when it is still ours.
-fn destroy(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<()> {
+fn destroy(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<()> {
     let (vf, start, name) = parts(id)?;
     remove_type(host, gpu, vf, ty)?;
     let (nvml, index) = match mig_gpu(host, gpu) {
@@ -290,7 +293,7 @@ fn destroy(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Resul
 }
 
 /// Present when the VF carries the type and our GPU instance is at the slot.
-fn observe(host: &Host, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Observed> {
+fn observe(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Observed> {
     let (vf, start, name) = parts(id)?;
     if !vfio::device_exists(host.fs(), vf) {
         return Ok(Observed::Absent);

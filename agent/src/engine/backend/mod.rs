@@ -16,8 +16,8 @@ mod sriov_vf;
 mod vf_type;
 
 use super::error::Result;
-use super::hostctx::Host;
 use super::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
+use super::timed_host::TimedHost;
 
 /// What the host shows for a slice's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,22 +33,22 @@ pub(crate) enum Observed {
 /// One slicing mechanism.
 pub(crate) trait Backend: Sync {
     /// Checks that the GPU can make this kind at all (type offered, mode on), touching nothing.
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()>;
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()>;
     /// Chooses an identity for a new slice, avoiding `reserved` (identities owned on this GPU,
     /// present or not).
-    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity>;
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity>;
     /// Makes the identity exist.
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles>;
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles>;
     /// Removes the identity.
-    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()>;
+    fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()>;
     /// Looks at the identity on the host.
-    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed>;
+    fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed>;
 }
 
 /// The backend that makes a new slice of `spec` (validate, plan). A vendor-VFIO type is
 /// MIG-backed when NVML names the GPU-instance profile it occupies: it then has a backend of
 /// its own, though its kind stays `nvidia-vfio`.
-pub(crate) fn for_new(host: &Host, spec: &SliceSpec) -> Result<&'static dyn Backend> {
+pub(crate) fn for_new(host: &TimedHost, spec: &SliceSpec) -> Result<&'static dyn Backend> {
     match &spec.kind {
         SliceKind::NvidiaVfio { vgpu_type, .. } => {
             let gpu = spec.pci()?;

@@ -11,8 +11,8 @@ use super::vf_type::{
 };
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 pub(crate) struct NvidiaVfioBackend;
 
@@ -24,7 +24,7 @@ fn vf_of(id: &Identity) -> Result<(u32, PciAddress)> {
 }
 
 /// Whether MIG mode is on now (false on a GPU without MIG or without NVML).
-fn mig_on(host: &Host, gpu: PciAddress) -> Result<bool> {
+fn mig_on(host: &TimedHost, gpu: PciAddress) -> Result<bool> {
     let (Ok(nvml), Ok(index)) = (host.nvml(), host.nvml_index(gpu)) else {
         return Ok(false);
     };
@@ -38,7 +38,7 @@ fn mig_on(host: &Host, gpu: PciAddress) -> Result<bool> {
 }
 
 impl Backend for NvidiaVfioBackend {
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()> {
         let gpu = spec.pci()?;
         let (ty, start) = type_of(spec)?;
         check_offered(host, gpu, ty)?;
@@ -55,7 +55,7 @@ impl Backend for NvidiaVfioBackend {
         Ok(())
     }
 
-    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
         let gpu = spec.pci()?;
         let (ty, _) = type_of(spec)?;
         let Some((index, address)) = choose_vf(&free_vfs(host, gpu, reserved)?) else {
@@ -79,7 +79,7 @@ impl Backend for NvidiaVfioBackend {
         Ok(Identity::Vf { index, address })
     }
 
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         let gpu = spec.pci()?;
         let (ty, _) = type_of(spec)?;
         let (_, vf) = vf_of(id)?;
@@ -102,14 +102,14 @@ impl Backend for NvidiaVfioBackend {
         vf_handles(host, vf)
     }
 
-    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+    fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()> {
         let gpu = spec.pci()?;
         let (ty, _) = type_of(spec)?;
         let (_, vf) = vf_of(id)?;
         remove_type(host, gpu, vf, ty)
     }
 
-    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+    fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         spec.pci()?;
         let (ty, _) = type_of(spec)?;
         let (_, vf) = vf_of(id)?;

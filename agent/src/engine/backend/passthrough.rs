@@ -2,8 +2,8 @@
 
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 pub(crate) struct PassthroughBackend;
 
@@ -15,7 +15,7 @@ fn original_driver(id: &Identity) -> Result<Option<&str>> {
 }
 
 /// What the GPU carries that binding it to vfio-pci would tear down.
-fn carried_slices(host: &Host, dev: &vfio::PciDevice) -> Result<Vec<String>> {
+fn carried_slices(host: &TimedHost, dev: &vfio::PciDevice) -> Result<Vec<String>> {
     let gpu = dev.address;
     let mut found = Vec::new();
     let parent = ids::MdevParentName::from(gpu);
@@ -38,7 +38,7 @@ fn carried_slices(host: &Host, dev: &vfio::PciDevice) -> Result<Vec<String>> {
             found.push(format!("VF {vf}"));
         }
     }
-    if Host::is_nvidia(dev)
+    if TimedHost::is_nvidia(dev)
         && let Ok(nvml) = host.nvml()
         && let Ok(index) = host.nvml_index(gpu)
         && nvml.mig_mode(index).is_ok_and(|m| m.current)
@@ -64,7 +64,7 @@ fn present(dev: &vfio::PciDevice) -> Observed {
 }
 
 impl Backend for PassthroughBackend {
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()> {
         let gpu = spec.pci()?;
         let dev = host.gpu(gpu)?;
         let group = dev.iommu_group.ok_or_else(|| {
@@ -94,7 +94,7 @@ impl Backend for PassthroughBackend {
         Ok(())
     }
 
-    fn plan(&self, host: &Host, spec: &SliceSpec, _reserved: &[Identity]) -> Result<Identity> {
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, _reserved: &[Identity]) -> Result<Identity> {
         let gpu = spec.pci()?;
         self.validate(host, spec)?;
         let dev = host.gpu(gpu)?;
@@ -117,7 +117,7 @@ impl Backend for PassthroughBackend {
         })
     }
 
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         let gpu = spec.pci()?;
         original_driver(id)?;
         vfio::bind_to_vfio(host.fs(), gpu).map_err(|e| {
@@ -132,7 +132,7 @@ impl Backend for PassthroughBackend {
         }
     }
 
-    fn destroy(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<()> {
+    fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()> {
         let gpu = spec.pci()?;
         let restore = original_driver(id)?;
         let dev = match host.gpu(gpu) {
@@ -147,7 +147,7 @@ impl Backend for PassthroughBackend {
         })
     }
 
-    fn observe(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+    fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         let gpu = spec.pci()?;
         original_driver(id)?;
         Ok(present(&host.gpu(gpu)?))

@@ -5,8 +5,8 @@ use ids::PciAddress;
 use super::choose::choose_vf;
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::model::{BackendKind, Handles, Identity, SliceKind, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 pub(crate) struct SriovVfBackend;
 
@@ -18,7 +18,7 @@ fn vf_of(id: &Identity) -> Result<(u32, PciAddress)> {
 }
 
 /// The VF's device, `None` when it is not enabled.
-fn read_vf(host: &Host, vf: PciAddress) -> Result<Option<vfio::PciDevice>> {
+fn read_vf(host: &TimedHost, vf: PciAddress) -> Result<Option<vfio::PciDevice>> {
     match host.pci(vf) {
         Ok(d) => Ok(Some(d)),
         Err(EngineError::NotFound(_)) => Ok(None),
@@ -31,7 +31,7 @@ fn on_vfio(dev: &vfio::PciDevice) -> bool {
 }
 
 impl Backend for SriovVfBackend {
-    fn validate(&self, host: &Host, spec: &SliceSpec) -> Result<()> {
+    fn validate(&self, host: &TimedHost, spec: &SliceSpec) -> Result<()> {
         let gpu = spec.pci()?;
         if spec.kind != SliceKind::SriovVf {
             return Err(EngineError::InvalidRequest(format!(
@@ -47,7 +47,7 @@ impl Backend for SriovVfBackend {
             )));
         }
         // NVIDIA VFs are only usable through a vGPU type (the nvidia-vfio backend).
-        if Host::is_nvidia(&dev) {
+        if TimedHost::is_nvidia(&dev) {
             return Err(EngineError::Unsupported(format!(
                 "GPU {} is NVIDIA: its VFs are used through vGPU types, not as plain VFs",
                 gpu
@@ -56,7 +56,7 @@ impl Backend for SriovVfBackend {
         Ok(())
     }
 
-    fn plan(&self, host: &Host, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
+    fn plan(&self, host: &TimedHost, spec: &SliceSpec, reserved: &[Identity]) -> Result<Identity> {
         let gpu = spec.pci()?;
         self.validate(host, spec)?;
         let mut free = Vec::new();
@@ -73,7 +73,7 @@ impl Backend for SriovVfBackend {
         Ok(Identity::Vf { index, address })
     }
 
-    fn realize(&self, host: &Host, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
+    fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         let gpu = spec.pci()?;
         let (_, vf) = vf_of(id)?;
         if read_vf(host, vf)?.is_none() {
@@ -92,7 +92,7 @@ impl Backend for SriovVfBackend {
         }
     }
 
-    fn destroy(&self, host: &Host, _spec: &SliceSpec, id: &Identity) -> Result<()> {
+    fn destroy(&self, host: &TimedHost, _spec: &SliceSpec, id: &Identity) -> Result<()> {
         let (_, vf) = vf_of(id)?;
         match read_vf(host, vf)? {
             Some(dev) if on_vfio(&dev) => vfio::release_from_vfio(host.fs(), vf, None)
@@ -101,7 +101,7 @@ impl Backend for SriovVfBackend {
         }
     }
 
-    fn observe(&self, host: &Host, _spec: &SliceSpec, id: &Identity) -> Result<Observed> {
+    fn observe(&self, host: &TimedHost, _spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         let (_, vf) = vf_of(id)?;
         Ok(match read_vf(host, vf)? {
             Some(dev) if on_vfio(&dev) => Observed::Present(Handles {

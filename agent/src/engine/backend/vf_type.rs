@@ -8,8 +8,8 @@ use gpu::VgpuTypeInfo;
 use ids::{PciAddress, VgpuTypeId};
 
 use crate::engine::error::{EngineError, Result};
-use crate::engine::hostctx::Host;
 use crate::engine::model::{Handles, Identity, SliceKind, SliceSpec};
+use crate::engine::timed_host::TimedHost;
 
 /// The spec's vGPU type and explicit GPU-instance start slot.
 pub(super) fn type_of(spec: &SliceSpec) -> Result<(VgpuTypeId, Option<u32>)> {
@@ -22,9 +22,9 @@ pub(super) fn type_of(spec: &SliceSpec) -> Result<(VgpuTypeId, Option<u32>)> {
 }
 
 /// The GPU, when it can carry vendor-VFIO vGPUs at all (NVIDIA, with SR-IOV).
-pub(super) fn vgpu_gpu(host: &Host, gpu: PciAddress) -> Result<vfio::PciDevice> {
+pub(super) fn vgpu_gpu(host: &TimedHost, gpu: PciAddress) -> Result<vfio::PciDevice> {
     let dev = host.gpu(gpu)?;
-    if !Host::is_nvidia(&dev) || dev.sriov.is_none() {
+    if !TimedHost::is_nvidia(&dev) || dev.sriov.is_none() {
         return Err(EngineError::Unsupported(format!(
             "GPU {} has no NVIDIA SR-IOV vGPU support",
             gpu
@@ -34,7 +34,7 @@ pub(super) fn vgpu_gpu(host: &Host, gpu: PciAddress) -> Result<vfio::PciDevice> 
 }
 
 /// The GPU can carry vendor-VFIO vGPUs and its driver supports type `ty`.
-pub(super) fn check_offered(host: &Host, gpu: PciAddress, ty: VgpuTypeId) -> Result<()> {
+pub(super) fn check_offered(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId) -> Result<()> {
     vgpu_gpu(host, gpu)?;
     if !supported(host, gpu)?.contains(&ty) {
         return Err(EngineError::InvalidRequest(format!(
@@ -46,14 +46,14 @@ pub(super) fn check_offered(host: &Host, gpu: PciAddress, ty: VgpuTypeId) -> Res
 }
 
 /// The type the VF carries now, `None` when untyped.
-pub(super) fn current(host: &Host, vf: PciAddress) -> Result<Option<VgpuTypeId>> {
+pub(super) fn current(host: &TimedHost, vf: PciAddress) -> Result<Option<VgpuTypeId>> {
     vfio::current_vgpu_type(host.fs(), vf)
         .map_err(|e| EngineError::from_vfio(format!("cannot read the vGPU type of VF {vf}"), e))
 }
 
 /// Writes the type (or 0) to the VF; the driver's `EINVAL` means it has no room for the type.
 pub(super) fn write_type(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     vf: PciAddress,
     ty: Option<VgpuTypeId>,
@@ -68,7 +68,12 @@ pub(super) fn write_type(
 }
 
 /// Writes the type to the untyped VF and reads it back: the driver's answer is the commit point.
-pub(super) fn put_type(host: &Host, gpu: PciAddress, vf: PciAddress, ty: VgpuTypeId) -> Result<()> {
+pub(super) fn put_type(
+    host: &TimedHost,
+    gpu: PciAddress,
+    vf: PciAddress,
+    ty: VgpuTypeId,
+) -> Result<()> {
     write_type(host, gpu, vf, Some(ty))?;
     match current(host, vf)? {
         Some(t) if t == ty => Ok(()),
@@ -78,12 +83,12 @@ pub(super) fn put_type(host: &Host, gpu: PciAddress, vf: PciAddress, ty: VgpuTyp
     }
 }
 
-fn driver(host: &Host, vf: PciAddress) -> Option<String> {
+fn driver(host: &TimedHost, vf: PciAddress) -> Option<String> {
     vfio::bound_driver(host.fs(), vf).ok().flatten()
 }
 
 /// The vGPU types NVML lists for the GPU; empty without NVML (a timeout is an error).
-pub(crate) fn type_infos(host: &Host, gpu: PciAddress) -> Result<Vec<VgpuTypeInfo>> {
+pub(crate) fn type_infos(host: &TimedHost, gpu: PciAddress) -> Result<Vec<VgpuTypeInfo>> {
     let (Ok(nvml), Ok(index)) = (host.nvml(), host.nvml_index(gpu)) else {
         return Ok(Vec::new());
     };
@@ -97,7 +102,11 @@ pub(crate) fn type_infos(host: &Host, gpu: PciAddress) -> Result<Vec<VgpuTypeInf
 }
 
 /// The GPU-instance profile id a vGPU type occupies, when NVML says it is MIG-backed.
-pub(crate) fn mig_profile_id(host: &Host, gpu: PciAddress, ty: VgpuTypeId) -> Result<Option<u32>> {
+pub(crate) fn mig_profile_id(
+    host: &TimedHost,
+    gpu: PciAddress,
+    ty: VgpuTypeId,
+) -> Result<Option<u32>> {
     Ok(type_infos(host, gpu)?
         .into_iter()
         .find(|t| t.id == ty)
@@ -105,7 +114,7 @@ pub(crate) fn mig_profile_id(host: &Host, gpu: PciAddress, ty: VgpuTypeId) -> Re
 }
 
 /// Types the driver supports on this GPU: NVML's list, else what any VF could take now.
-pub(super) fn supported(host: &Host, gpu: PciAddress) -> Result<Vec<VgpuTypeId>> {
+pub(super) fn supported(host: &TimedHost, gpu: PciAddress) -> Result<Vec<VgpuTypeId>> {
     let listed = type_infos(host, gpu)?;
     if !listed.is_empty() {
         return Ok(listed.iter().map(|t| t.id).collect());
@@ -121,7 +130,7 @@ pub(super) fn supported(host: &Host, gpu: PciAddress) -> Result<Vec<VgpuTypeId>>
 
 /// VFs that can take a vGPU: not reserved by an owned identity, on the NVIDIA driver, untyped.
 pub(super) fn free_vfs(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     reserved: &[Identity],
 ) -> Result<Vec<(u32, PciAddress)>> {
@@ -141,7 +150,7 @@ pub(super) fn free_vfs(
     Ok(free)
 }
 
-pub(super) fn vf_handles(host: &Host, vf: PciAddress) -> Result<Handles> {
+pub(super) fn vf_handles(host: &TimedHost, vf: PciAddress) -> Result<Handles> {
     let dev = host.pci(vf)?;
     Ok(Handles {
         pci_address: Some(vf),
@@ -152,7 +161,7 @@ pub(super) fn vf_handles(host: &Host, vf: PciAddress) -> Result<Handles> {
 
 /// Removes our type from the VF: already gone is fine, another type is not ours to remove.
 pub(super) fn remove_type(
-    host: &Host,
+    host: &TimedHost,
     gpu: PciAddress,
     vf: PciAddress,
     ty: VgpuTypeId,

@@ -15,7 +15,7 @@ use super::vendor::{Runner, TimedAmd, TimedNvml};
 
 /// Host access with every vendor call time-bounded.
 #[derive(Debug, Clone)]
-pub(crate) struct Host {
+pub(crate) struct TimedHost {
     pub(crate) fs: Arc<dyn Sysfs>,
     nvml: Option<Arc<dyn Nvml>>,
     amd: Option<Arc<dyn AmdSmi>>,
@@ -25,7 +25,7 @@ pub(crate) struct Host {
     index_cache: Arc<Mutex<HashMap<PciAddress, u32>>>,
 }
 
-impl Host {
+impl TimedHost {
     pub(crate) fn new(access: HostAccess, timeout: Duration) -> Self {
         let runner = Runner::new(timeout);
         let nvml = access
