@@ -1,10 +1,10 @@
 //! Discovery over fixture trees shaped like real hosts, through the real sysfs implementation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
-use inventory::{HostAccess, NumaSource, Vendor, discover};
-use sysfs::RealSysfs;
+// A tree under another root: no vendor library, AMD through sysfs (as `vgpud inventory --root`
+// opens it).
+use hostwire::real_access as access;
+use inventory::{NumaSource, Vendor, discover};
 use sysfs::fixture::Tree;
 
 const GPU: &str = "/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0";
@@ -74,17 +74,6 @@ fn two_socket_host(tree: &Tree) {
         "/sys/class/mdev_bus/mtty",
         "../../devices/virtual/mtty/mtty",
     );
-}
-
-fn access(root: &std::path::Path) -> HostAccess {
-    let fs: Arc<dyn sysfs::Sysfs> = Arc::new(RealSysfs::new(root));
-    HostAccess {
-        source: "fixture".into(),
-        sysfs: fs.clone(),
-        nvml: Err("NVML is not installed".into()),
-        amd: Ok((Arc::new(gpu::amd_sysfs::AmdSysfs::new(fs)), "sysfs".into())),
-        hostname: None,
-    }
 }
 
 #[test]

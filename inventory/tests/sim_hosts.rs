@@ -1,22 +1,8 @@
 //! Discovery over the simulated hosts, including vendor libraries and sysfs that fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use inventory::{ExistingSlice, HostAccess, NumaSource, discover};
-use sim::{Profile, SimHost};
-
-fn access(sim: &SimHost) -> HostAccess {
-    HostAccess {
-        source: format!("sim:{}", sim.profile_name()),
-        sysfs: sim.sysfs(),
-        nvml: Ok(sim.nvml()),
-        amd: Ok((sim.amd(), "simulated".into())),
-        hostname: Some(sim.hostname()),
-    }
-}
-
-fn host(name: &str) -> SimHost {
-    SimHost::new(Profile::builtin(name).unwrap()).unwrap()
-}
+use inventory::{ExistingSlice, NumaSource, discover};
+use testkit::{sim as host, sim_access as access};
 
 #[test]
 fn nvml_failing_everywhere_still_reports_every_gpu_from_sysfs() {

@@ -4,8 +4,11 @@
 //! them from the current output (review the diff before committing).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::{mdev, vf};
 use ids::NumaNodeId;
 use numa::CpuSet;
 use vmpin::{
@@ -48,25 +51,6 @@ fn topology() -> HostTopology {
             },
         ],
         reserved_cpus: "0-1,16-17".parse().unwrap(),
-    }
-}
-
-fn mdev(uuid: &str, node: u16) -> Slice {
-    Slice {
-        device: SliceDevice::Mdev {
-            uuid: uuid.parse().unwrap(),
-        },
-        node: NumaNodeId(node),
-    }
-}
-
-fn vf(addr: &str, node: u16) -> Slice {
-    Slice {
-        device: SliceDevice::Pci {
-            address: addr.parse().unwrap(),
-            managed: false,
-        },
-        node: NumaNodeId(node),
     }
 }
 

@@ -4,13 +4,16 @@
 //! (connections to `test:///default` within one process share one in-memory host).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 
+use common::{mdev, vf};
 use ids::NumaNodeId;
 use vmpin::testhost::{self, DEMO_VM, TestGpu};
 use vmpin::{
     DomainXml, HostNode, HostTopology, Hypervisor, NumaAccounting, PinRequest, PlanOptions, Policy,
-    Slice, SliceDevice, VmpinError,
+    Slice, VmpinError,
 };
 
 /// A two-socket host shaped like the simulator's DGX-class profile, scaled down.
@@ -54,25 +57,6 @@ fn gpus() -> Vec<TestGpu> {
 fn host(dir: &Path) -> Hypervisor {
     let uri = testhost::write_host_file(&dir.join("host.xml"), &topology(), &gpus(), true).unwrap();
     Hypervisor::open(&uri).unwrap()
-}
-
-fn mdev(uuid: &str, node: u16) -> Slice {
-    Slice {
-        device: SliceDevice::Mdev {
-            uuid: uuid.parse().unwrap(),
-        },
-        node: NumaNodeId(node),
-    }
-}
-
-fn vf(addr: &str, node: u16) -> Slice {
-    Slice {
-        device: SliceDevice::Pci {
-            address: addr.parse().unwrap(),
-            managed: false,
-        },
-        node: NumaNodeId(node),
-    }
 }
 
 const M1: &str = "3b1e0c9a-0000-4a4a-8b8b-000000000001";
