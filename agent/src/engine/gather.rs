@@ -101,16 +101,12 @@ impl Engine {
         };
         // The request's start (none) is replaced by the scheduler's: the backend takes the
         // slot as decided and does not ask the scheduler again.
-        let Some(spec) = specs
-            .iter()
-            .find(|s| s.gpu == placement.gpu)
-            .and_then(|s| {
-                Some(SliceSpec {
-                    gpu: s.gpu.clone(),
-                    kind: snapshot::decided_kind(&s.kind, &placement.slice)?,
-                })
+        let Some(spec) = specs.iter().find(|s| s.gpu == placement.gpu).and_then(|s| {
+            Some(SliceSpec {
+                gpu: s.gpu.clone(),
+                kind: snapshot::decided_kind(&s.kind, &placement.slice)?,
             })
-        else {
+        }) else {
             return Err(NotPlaced::Fallback(format!(
                 "the scheduler chose {} which the request cannot use",
                 placement.gpu
