@@ -662,6 +662,42 @@ mod tests {
     }
 
     #[test]
+    fn a_mig_backed_type_is_asked_as_its_gpu_instance_where_mig_is_on() {
+        let sim = sim::SimHost::new(sim::Profile::builtin("hgx-h200").unwrap()).unwrap();
+        let on: PciAddress = "0000:18:00.0".parse().unwrap();
+        sim.set_mig_mode(on, true).unwrap();
+        let inv = inventory::discover(&testkit::sim_access(&sim));
+        let specs: Vec<SliceSpec> = inv
+            .gpus
+            .iter()
+            .map(|g| SliceSpec {
+                gpu: g.pci_address.into(),
+                kind: SliceKind::NvidiaVfio {
+                    vgpu_type: "1414".parse().unwrap(),
+                    start: None,
+                },
+            })
+            .collect();
+        let view = build(
+            &inv,
+            &Ownership::default(),
+            Some(&specs),
+            None,
+            &CpuSet::default(),
+        );
+        assert_eq!(
+            view.ask,
+            Some(sched::SliceRequest::Mig("1g.18gb".parse().unwrap()))
+        );
+        let (with_mig, without): (Vec<_>, Vec<_>) =
+            view.snap.gpus.iter().partition(|g| g.address == on);
+        assert!(matches!(with_mig[0].mode, GpuMode::Mig { .. }) && with_mig[0].healthy);
+        // MIG off: no GPU instance for the type, left out.
+        assert!(without.iter().all(|g| !g.healthy), "{without:?}");
+        assert!(!view.out_of_vfs(on));
+    }
+
+    #[test]
     fn mdev_descriptions_give_size_and_count() {
         let inv = inv("single-gpu");
         let offer = mdev_offer(&inv.gpus[0].mdev_types[0]);
