@@ -579,3 +579,116 @@ fn a_passthrough_layout_turns_mig_off_on_an_idle_a100_only() {
     assert_eq!(mode(&h, A100B), (true, true));
     assert_eq!(gis(&h, A100B).len(), 1, "foreign instance untouched");
 }
+
+/// A service with the default policy over an engine on `h`.
+fn sched_service(h: &SimHost, dir: &std::path::Path) -> agent::service::Service {
+    agent::service::Service::with_options(
+        engine(h, dir),
+        agent::service::ServiceOptions {
+            policy: sched::Policy::default(),
+            pinning: None,
+        },
+    )
+}
+
+/// Allocates one slice of type `t` anywhere and returns it.
+fn alloc_one(s: &agent::service::Service, consumer: &str, t: &str) -> agent::engine::Result<Slice> {
+    let a = s.allocate(request(consumer, t, None))?;
+    s.slice(a.slices[0])
+}
+
+#[test]
+fn one_decision_gives_a_mig_backed_vgpu_its_gpu_and_slot_and_the_dry_run_agrees() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    mig_on(&h, H200);
+    mig_on(&h, H200B);
+    let s = sched_service(&h, dir.path());
+    // The second GPU's first half is already broken by a MIG 1g instance; the first GPU is
+    // empty. Seen as GPU instances, a new 1g belongs in the broken half (an empty GPU stays
+    // whole); seen as VFs, both GPUs look empty.
+    create(s.engine(), H200B, mig_kind("1g.18gb", Some(0))).unwrap();
+    let score = s
+        .placement_score(agent::engine::SliceRequest::new("NVIDIA H200X-1-18C", 1))
+        .unwrap();
+    assert!(score.feasible, "{score:?}");
+    let p = &score.placements[0];
+    let sched::SliceChoice::Mig { profile, start } = &p.slice else {
+        panic!("the dry run asks for a GPU instance: {p:?}");
+    };
+    assert_eq!(
+        (p.gpu, profile.to_string()),
+        (addr(H200B), "1g.18gb".into())
+    );
+    assert!(*start > 0 && *start < 4, "in the broken half: {start}");
+
+    let v = alloc_one(&s, "nova", "NVIDIA H200X-1-18C").unwrap();
+    assert_eq!(v.spec.gpu, p.gpu, "where the dry run said");
+    let (_, at, _) = mig_vgpu_parts(&v);
+    assert_eq!(at, u32::from(*start), "at the slot the dry run said");
+    assert_eq!(
+        v.spec.kind,
+        vgpu(T1G, Some(at)),
+        "the decided slot is the spec's"
+    );
+    assert!(gis(&h, H200).is_empty());
+}
+
+/// `hgx-h200` cut to its first two GPUs with `vfs` VFs each, MIG on for both.
+fn two_h200s_with_vfs(vfs: u32) -> SimHost {
+    let mut p = Profile::builtin("hgx-h200").unwrap();
+    p.gpus.truncate(2);
+    for m in p.models.values_mut() {
+        if let Some(s) = m.sriov.as_mut() {
+            s.total_vfs = vfs;
+            s.boot_vfs = vfs;
+        }
+    }
+    let h = SimHost::new(p).unwrap();
+    mig_on(&h, H200);
+    mig_on(&h, H200B);
+    h
+}
+
+#[test]
+fn mig_backed_capacity_counts_gpu_instances_and_free_vfs() {
+    let h = two_h200s_with_vfs(3);
+    let dir = tempfile::tempdir().unwrap();
+    let s = sched_service(&h, dir.path());
+    let creatable = |gpu: &str| {
+        s.gpu(addr(gpu))
+            .unwrap()
+            .capacity
+            .iter()
+            .find(|c| c.slice_type == "NVIDIA H200X-1-18C")
+            .unwrap()
+            .creatable
+    };
+    // Two MIG 3g instances fill the first GPU's slots: no GPU instance is left for a 1g vGPU,
+    // although all its VFs are free.
+    create(s.engine(), H200, mig_kind("3g.71gb", Some(0))).unwrap();
+    create(s.engine(), H200, mig_kind("3g.71gb", Some(4))).unwrap();
+    assert_eq!(creatable(H200), 0);
+    // The second has seven 1g slots but three VFs.
+    assert_eq!(creatable(H200B), 3);
+    let made: Vec<Slice> = (0..3)
+        .map(|i| alloc_one(&s, &format!("vm{i}"), "NVIDIA H200X-1-18C").unwrap())
+        .collect();
+    assert!(made.iter().all(|v| v.spec.gpu == addr(H200B)), "{made:?}");
+    assert_eq!(creatable(H200B), 0, "no VF left");
+    let req = agent::engine::SliceRequest::new("NVIDIA H200X-1-18C", 1);
+    assert!(!s.placement_score(req.clone()).unwrap().feasible);
+    let err = alloc_one(&s, "vm3", "NVIDIA H200X-1-18C").unwrap_err();
+    assert_eq!(err.code(), "no_capacity", "{err}");
+
+    // A released vGPU keeps its VF: the GPU with no VF for a new one hands it out again.
+    let held = s
+        .allocations()
+        .into_iter()
+        .find(|a| a.slices[0] == made[1].id);
+    s.release(held.unwrap().id).unwrap();
+    assert!(s.placement_score(req).unwrap().feasible);
+    let again = alloc_one(&s, "vm4", "NVIDIA H200X-1-18C").unwrap();
+    assert_eq!(again.id, made[1].id, "the free one is reused");
+    assert_eq!(gis(&h, H200B).len(), 3);
+}

@@ -8,11 +8,11 @@ use sched::Snapshot;
 use super::error::{EngineError, Result};
 use super::handle::Engine;
 use super::limits::MAX_COUNT;
-use super::model::{AllocationRequest, SliceRequest, SliceSpec};
+use super::model::{AllocationRequest, SliceRequest};
 use super::reports::PlacementScore;
 use super::resolve::{candidates, check_type};
 use super::scheduling::{Scheduling, reasons, sched_request};
-use super::snapshot::{self, SchedView};
+use super::snapshot::SchedView;
 
 impl Engine {
     /// The scheduler's request for a dry run of `request` (all slices at once are scored one by
@@ -21,7 +21,7 @@ impl Engine {
         &self,
         request: &SliceRequest,
         scheduling: &Scheduling,
-    ) -> Result<(SchedView, Vec<SliceSpec>, AllocationRequest)> {
+    ) -> Result<(SchedView, sched::SliceRequest, AllocationRequest)> {
         check_type(&request.slice_type)?;
         if request.count == 0 || request.count > MAX_COUNT {
             return Err(EngineError::InvalidRequest(format!(
@@ -30,8 +30,10 @@ impl Engine {
             )));
         }
         let specs = candidates(self.host(), &request.slice_type, request.gpu)?;
-        let backend = specs.first().map(|s| s.kind.backend());
-        let mut view = self.sched_view(&specs, backend, scheduling);
+        let mut view = self.sched_view(&specs, scheduling);
+        let Some(ask) = view.ask.clone() else {
+            return Err(EngineError::InvalidRequest("no GPU offers the type".into()));
+        };
         // Free owned slices of the type are what an allocation would take first: count them as
         // free capacity.
         let free: Vec<_> = view
@@ -45,14 +47,14 @@ impl Engine {
             .cloned()
             .collect();
         for f in &free {
-            snapshot::remove_marked(&mut view.snap, f.gpu, &f.marker());
+            view.count_as_free(f);
         }
         let alloc = AllocationRequest {
             consumer: "vgpud:dry-run".into(),
             vm: None,
             request: request.clone(),
         };
-        Ok((view, specs, alloc))
+        Ok((view, ask, alloc))
     }
 
     /// Would this host take the request, with what score (nothing changes).
@@ -61,10 +63,7 @@ impl Engine {
         request: &SliceRequest,
         scheduling: &Scheduling,
     ) -> Result<PlacementScore> {
-        let (mut view, specs, alloc) = self.dry_run_view(request, scheduling)?;
-        let Some(kind) = specs.first().map(|s| s.kind.clone()) else {
-            return Err(EngineError::InvalidRequest("no GPU offers the type".into()));
-        };
+        let (mut view, ask, alloc) = self.dry_run_view(request, scheduling)?;
         let policy = &scheduling.policy;
         let workload = match policy {
             sched::Policy::FragAware(w) if !w.items.is_empty() => w.clone(),
@@ -77,13 +76,13 @@ impl Engine {
         let mut local = true;
         let mut last = None;
         for index in 0..request.count {
-            let sreq = sched_request(&alloc, &kind, scheduling, index);
+            let sreq = sched_request(&alloc, &ask, scheduling, index);
             let hs = sched::host_score(&view.snap, &sreq, policy);
             match sched::decide(&view.snap, &sreq, policy) {
                 Ok(d) => {
                     local &= hs.numa_local;
                     placements.extend(d.placements.clone());
-                    view.snap.commit(&sreq, &d);
+                    view.commit_new(&sreq, &d);
                     last = Some((hs, d.explanation));
                 }
                 Err(r) => {
@@ -137,11 +136,8 @@ impl Engine {
         scheduling: &Scheduling,
         allow_busy: bool,
     ) -> Result<sched::DefragAdvice> {
-        let (view, specs, alloc) = self.dry_run_view(request, scheduling)?;
-        let Some(kind) = specs.first().map(|s| s.kind.clone()) else {
-            return Err(EngineError::InvalidRequest("no GPU offers the type".into()));
-        };
-        let sreq = sched_request(&alloc, &kind, scheduling, 0);
+        let (view, ask, alloc) = self.dry_run_view(request, scheduling)?;
+        let sreq = sched_request(&alloc, &ask, scheduling, 0);
         Ok(sched::defrag_advice(
             &view.snap,
             &sreq,

@@ -7,9 +7,10 @@
 //!    them), the scheduler chooses among the GPUs that hold them (as if they were free capacity)
 //!    and one of them is claimed ([`super::claim`]). Layouts' slices are used before anything
 //!    new is made.
-//! 2. **Create**: otherwise the scheduler chooses the GPU and, for MIG, the start slot; the
-//!    slice is created there with that explicit placement (the backend takes the slot as
-//!    decided and does not ask the scheduler again).
+//! 2. **Create**: otherwise the scheduler chooses the GPU and, for MIG instances and MIG-backed
+//!    vGPUs (asked as their GPU instance, [`super::snapshot`]), the start slot; the slice is
+//!    created there with that explicit placement (the backend takes the slot as decided and
+//!    does not ask the scheduler again): one decision per slice.
 //!
 //! When the scheduler cannot model the request, or a creation it chose fails (another request
 //! took the slot first), the rest of the request falls back to the first-fit order
@@ -20,7 +21,7 @@ use sched::Decision;
 use super::error::{EngineError, Result};
 use super::handle::Engine;
 use super::locks::lock;
-use super::model::{AllocationRequest, SliceId, SliceKind, SliceSpec};
+use super::model::{AllocationRequest, SliceId, SliceSpec};
 use super::scheduling::{Scheduling, numa_refusal, sched_request, timed_decide};
 use super::snapshot::{self, SchedView};
 
@@ -50,13 +51,15 @@ impl Engine {
         created: &mut Vec<SliceId>,
     ) -> Result<()> {
         // The scheduler knows GPUs only: slices on virtual mdev parents are placed first-fit.
-        let Some(first) = specs.iter().find(|s| s.gpu.pci().is_some()) else {
+        if !specs.iter().any(|s| s.gpu.pci().is_some()) {
+            return self.gather(specs, req.request.count, picked, created);
+        }
+        let mut view = self.sched_view(specs, scheduling);
+        let Some(ask) = view.ask.clone() else {
             return self.gather(specs, req.request.count, picked, created);
         };
-        let backend = first.kind.backend();
-        let mut view = self.sched_view(specs, Some(backend), scheduling);
         for index in 0..req.request.count {
-            let sreq = sched_request(req, &first.kind, scheduling, index);
+            let sreq = sched_request(req, &ask, scheduling, index);
             match self.place_one(&mut view, specs, &sreq, scheduling) {
                 Ok(Placed::Reused(id)) => picked.push(id),
                 Ok(Placed::Created(id)) => {
@@ -96,28 +99,24 @@ impl Engine {
         let Some(placement) = decision.placements.first() else {
             return Err(NotPlaced::Fallback("the decision placed nothing".into()));
         };
-        let (Some(spec), Some(kind)) = (
-            specs.iter().find(|s| s.gpu == placement.gpu),
-            snapshot::kind_of(&placement.slice),
-        ) else {
+        // The request's start (none) is replaced by the scheduler's: the backend takes the
+        // slot as decided and does not ask the scheduler again.
+        let Some(spec) = specs.iter().find(|s| s.gpu == placement.gpu).and_then(|s| {
+            Some(SliceSpec {
+                gpu: s.gpu.clone(),
+                kind: snapshot::decided_kind(&s.kind, &placement.slice)?,
+            })
+        }) else {
             return Err(NotPlaced::Fallback(format!(
                 "the scheduler chose {} which the request cannot use",
                 placement.gpu
             )));
         };
-        let spec = SliceSpec {
-            gpu: spec.gpu.clone(),
-            kind: match (&spec.kind, kind) {
-                // The request's start (none) is replaced by the scheduler's.
-                (SliceKind::Mig { .. }, k @ SliceKind::Mig { .. }) => k,
-                (k, _) => k.clone(),
-            },
-        };
         let _gpu = self.inner.gpu_locks.lock(spec.gpu.clone());
         match self.create_locked(&spec, None) {
             Ok(entry) => {
                 lock(&self.inner.claims).insert(entry.id);
-                view.snap.commit(req, &decision);
+                view.commit_new(req, &decision);
                 Ok(Placed::Created(entry.id))
             }
             Err(e) => Err(NotPlaced::Fallback(e.to_string())),
@@ -152,7 +151,9 @@ impl Engine {
                 snapshot::remove_marked(&mut trial, f.gpu, &f.marker());
             }
             for g in &mut trial.gpus {
-                g.healthy = g.healthy && usable.iter().any(|f| f.gpu == g.address);
+                // A GPU out of VFs for new slices can still hand out a free one (it has its VF).
+                g.healthy = (g.healthy || view.out_of_vfs(g.address))
+                    && usable.iter().any(|f| f.gpu == g.address);
             }
             let decision = timed_decide(&trial, req, &scheduling.policy).ok()?;
             let chosen = decision.placements.first()?;

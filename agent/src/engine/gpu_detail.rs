@@ -59,15 +59,19 @@ fn creatable(
     let mut view = snapshot::build(
         inventory,
         own,
-        Some((kind.backend(), std::slice::from_ref(&spec))),
+        Some(std::slice::from_ref(&spec)),
         None,
         &CpuSet::default(),
     );
-    let req = sched::Request::new("vgpud:capacity", snapshot::slice_request(kind));
+    let Some(ask) = view.ask.clone() else {
+        return 0;
+    };
+    let req = sched::Request::new("vgpud:capacity", ask);
     let mut n = 0;
     while n < MAX_COUNT {
         match sched::decide(&view.snap, &req, &sched::Policy::FirstFit) {
-            Ok(d) => view.snap.commit(&req, &d),
+            // Each new slice takes what an allocation's would, its VF included.
+            Ok(d) => view.commit_new(&req, &d),
             Err(_) => break,
         }
         n += 1;

@@ -17,7 +17,7 @@ use sched::{AffinityRule, AffinityScope, Decision, Rejection, SchedError, Snapsh
 use super::error::EngineError;
 use super::handle::Engine;
 use super::locks::lock;
-use super::model::{AllocationRequest, BackendKind, NumaPolicy, SliceId, SliceKind, SliceSpec};
+use super::model::{AllocationRequest, NumaPolicy, SliceId, SliceSpec};
 use super::snapshot::{self, Ownership, SchedView};
 
 /// How the engine places a request: the policy and what the VM needs.
@@ -38,15 +38,16 @@ pub struct Scheduling {
     pub memory_mib: Option<u64>,
 }
 
-/// The scheduler's request for slice `index` of an allocation.
+/// The scheduler's request for slice `index` of an allocation, each slice asking for `slice`
+/// (the view's [`SchedView::ask`]).
 pub(crate) fn sched_request(
     req: &AllocationRequest,
-    kind: &SliceKind,
+    slice: &sched::SliceRequest,
     scheduling: &Scheduling,
     index: u32,
 ) -> sched::Request {
     let r = &req.request;
-    let mut out = sched::Request::new(&req.consumer, snapshot::slice_request(kind));
+    let mut out = sched::Request::new(&req.consumer, slice.clone());
     out.numa = match r.numa() {
         NumaPolicy::Required => sched::NumaPolicy::Required,
         NumaPolicy::Preferred => sched::NumaPolicy::Preferred,
@@ -114,13 +115,9 @@ pub(crate) fn reasons(e: &sched::Explanation) -> String {
 }
 
 impl Engine {
-    /// The scheduler's view of the host for a request of `backend` on the GPUs of `specs`.
-    pub(crate) fn sched_view(
-        &self,
-        specs: &[SliceSpec],
-        backend: Option<BackendKind>,
-        scheduling: &Scheduling,
-    ) -> SchedView {
+    /// The scheduler's view of the host for a request on the GPUs of `specs` (none: no
+    /// request, every GPU in its main mode).
+    pub(crate) fn sched_view(&self, specs: &[SliceSpec], scheduling: &Scheduling) -> SchedView {
         let started = Instant::now();
         let inventory = self.inventory();
         let claims: HashSet<SliceId> = lock(&self.inner.claims).clone();
@@ -128,7 +125,7 @@ impl Engine {
         let view = snapshot::build(
             &inventory,
             &own,
-            backend.map(|b| (b, specs)),
+            (!specs.is_empty()).then_some(specs),
             scheduling.numa.clone(),
             &scheduling.reserved_cpus,
         );

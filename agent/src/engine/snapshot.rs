@@ -12,16 +12,23 @@
 //! when the GPU is a candidate for it, else the GPU's main mode (MIG when enabled, vendor-VFIO
 //! vGPU, mdev, SR-IOV VFs, whole GPU).
 //!
+//! A MIG-backed vendor-VFIO vGPU type (`NVIDIA H200X-1-18C`) is asked of the scheduler as what it
+//! takes of the GPU that the scheduler can see: a GPU instance of the type's profile. Its
+//! candidate GPUs appear in MIG mode (the GPU instances of MIG slices, of MIG-backed vGPUs and
+//! owned slots the host lost as occupants), so one decision gives both the GPU and the slot. The
+//! VF each one also needs is counted here ([`SchedView::commit_new`]): a GPU without a free VF is
+//! left out.
+//!
 //! Pure: nothing here reads the host.
 
 use std::collections::{HashMap, HashSet};
 
-use ids::{MdevTypeId, MdevUuid, MigProfileName, PciAddress};
+use ids::{MdevUuid, MigProfileName, PciAddress, VgpuTypeId};
 use inventory::{ExistingSlice, HostInventory};
 use numa::CpuSet;
 use sched::{
-    GpuMode, GpuState, MdevInstance, MdevOffer, MigGeometry, MigInstance, NumaState, Occupant,
-    SliceChoice, Snapshot, VgpuInstance, VgpuOffer,
+    Decision, GpuMode, GpuState, MdevInstance, MdevOffer, MigGeometry, MigInstance, NumaState,
+    Occupant, SliceChoice, Snapshot, VgpuInstance, VgpuOffer,
 };
 
 use super::mig_geometry::{self, ProfileFacts};
@@ -54,13 +61,56 @@ impl FreeSlice {
     }
 }
 
-/// A snapshot with the free owned slices it contains.
+/// A snapshot with the free owned slices it contains and what the request asks of it.
 #[derive(Debug, Clone)]
 pub(crate) struct SchedView {
     /// The scheduler's input.
     pub snap: Snapshot,
     /// Free owned slices present in `snap` as idle occupants.
     pub free: Vec<FreeSlice>,
+    /// What each slice of the request asks the scheduler for; `None` in a view built without
+    /// a request.
+    pub ask: Option<sched::SliceRequest>,
+    /// Free VFs of the candidate GPUs when each new slice needs one the scheduler's mode does
+    /// not count (a MIG-backed vGPU, asked as a GPU instance); a GPU with none is left out
+    /// (`healthy: false`).
+    vf_room: HashMap<PciAddress, u32>,
+}
+
+impl SchedView {
+    /// Commits a decision whose slices will be made new: each takes a VF where the view counts
+    /// them.
+    pub fn commit_new(&mut self, req: &sched::Request, decision: &Decision) {
+        self.snap.commit(req, decision);
+        for p in &decision.placements {
+            if let Some(room) = self.vf_room.get(&p.gpu) {
+                self.set_vf_room(p.gpu, room.saturating_sub(1));
+            }
+        }
+    }
+
+    /// Counts a free owned slice as free capacity (a dry run: an allocation would take it):
+    /// it leaves the snapshot, and its VF is free again where the view counts them.
+    pub fn count_as_free(&mut self, f: &FreeSlice) {
+        if remove_marked(&mut self.snap, f.gpu, &f.marker())
+            && let Some(room) = self.vf_room.get(&f.gpu)
+        {
+            self.set_vf_room(f.gpu, room.saturating_add(1));
+        }
+    }
+
+    /// Whether the GPU is left out only for want of a free VF: it can still hand out a free
+    /// owned slice, which has its VF.
+    pub fn out_of_vfs(&self, gpu: PciAddress) -> bool {
+        self.vf_room.get(&gpu) == Some(&0)
+    }
+
+    fn set_vf_room(&mut self, gpu: PciAddress, room: u32) {
+        self.vf_room.insert(gpu, room);
+        if let Some(g) = self.snap.gpus.iter_mut().find(|g| g.address == gpu) {
+            g.healthy = room > 0;
+        }
+    }
 }
 
 /// What the engine's state says about the host's slices.
@@ -69,6 +119,8 @@ pub(crate) struct Ownership {
     occupants: HashMap<Key, (Occupant, Option<SliceId>, SliceKind)>,
     /// Owned MIG identities the host does not show now: (GPU, profile, start).
     mig_reserved: Vec<(PciAddress, MigProfileName, u32)>,
+    /// VFs owned identities take, present or not: (GPU, VF).
+    vfs: HashSet<(PciAddress, PciAddress)>,
 }
 
 /// How a host slice is recognised.
@@ -80,13 +132,17 @@ enum Key {
     Whole(PciAddress),
 }
 
-fn key_of(gpu: PciAddress, identity: &Identity) -> Option<Key> {
-    Some(match identity {
-        Identity::Mig { start, .. } => Key::Mig(gpu, *start),
-        Identity::Mdev { uuid } => Key::Mdev(*uuid),
-        Identity::Vf { address, .. } | Identity::MigVgpu { address, .. } => Key::Vf(*address),
-        Identity::Passthrough { .. } => Key::Whole(gpu),
-    })
+fn keys_of(gpu: PciAddress, identity: &Identity) -> Vec<Key> {
+    match identity {
+        Identity::Mig { start, .. } => vec![Key::Mig(gpu, *start)],
+        Identity::Mdev { uuid } => vec![Key::Mdev(*uuid)],
+        Identity::Vf { address, .. } => vec![Key::Vf(*address)],
+        // Its VF where the GPU is modelled in vendor-VFIO mode, its GPU instance in MIG mode.
+        Identity::MigVgpu { address, start, .. } => {
+            vec![Key::Vf(*address), Key::Mig(gpu, *start)]
+        }
+        Identity::Passthrough { .. } => vec![Key::Whole(gpu)],
+    }
 }
 
 impl Ownership {
@@ -111,23 +167,28 @@ impl Ownership {
                 None if claims.contains(&s.id) || d.in_flight(s.id) => Occupant::busy(CLAIMED),
                 None => Occupant::idle(&format!("{FREE_PREFIX}{}", s.id)),
             };
-            if let Some(key) = key_of(gpu, &s.identity) {
+            for key in keys_of(gpu, &s.identity) {
                 out.occupants
-                    .insert(key, (occupant, Some(s.id), s.spec.kind.clone()));
+                    .insert(key, (occupant.clone(), Some(s.id), s.spec.kind.clone()));
             }
-            if let Some((start, profile)) = s.identity.mig_slot() {
-                out.mig_reserved.push((gpu, profile.clone(), start));
-            }
+            out.reserve(gpu, &s.identity);
         }
         for intent in d.intents.values() {
-            if let (Some((start, profile)), Some(gpu)) = (
-                intent.identity().and_then(Identity::mig_slot),
-                intent.gpu().pci(),
-            ) {
-                out.mig_reserved.push((gpu, profile.clone(), start));
+            if let (Some(identity), Some(gpu)) = (intent.identity(), intent.gpu().pci()) {
+                out.reserve(gpu, identity);
             }
         }
         out
+    }
+
+    /// Records the GPU-instance slot and the VF an owned identity takes.
+    fn reserve(&mut self, gpu: PciAddress, identity: &Identity) {
+        if let Some((start, profile)) = identity.mig_slot() {
+            self.mig_reserved.push((gpu, profile.clone(), start));
+        }
+        if let Some((_, vf)) = identity.vf() {
+            self.vfs.insert((gpu, vf));
+        }
     }
 
     fn occupant(&self, key: &Key) -> (Occupant, Option<(SliceId, SliceKind)>) {
@@ -139,25 +200,33 @@ impl Ownership {
     }
 }
 
-/// Builds the scheduler's view. `request` is the backend a request asks for with its candidate
-/// GPUs (those GPUs appear in that mode; every other GPU is marked unavailable so the scheduler
-/// cannot choose it); `numa` is the free room per node (from libvirt's pins), or `None` to
-/// take it from the inventory less `reserved`.
+/// Builds the scheduler's view. `request` is the specs of a request, one per candidate GPU:
+/// those GPUs appear in the request's mode ([`Asked`]); every other GPU is marked unavailable
+/// so the scheduler cannot choose it. `numa` is the free room per node (from libvirt's pins),
+/// or `None` to take it from the inventory less `reserved`.
 pub(crate) fn build(
     inv: &HostInventory,
     own: &Ownership,
-    request: Option<(BackendKind, &[SliceSpec])>,
+    request: Option<&[SliceSpec]>,
     numa: Option<Vec<NumaState>>,
     reserved: &CpuSet,
 ) -> SchedView {
+    let asked = request.and_then(|specs| Asked::of(inv, specs));
     let mut free = Vec::new();
     let mut gpus = Vec::new();
+    let mut vf_room = HashMap::new();
     for g in &inv.gpus {
-        let candidate = request.map(|(b, specs)| (b, specs.iter().any(|s| s.gpu == g.pci_address)));
-        let backend = match candidate {
-            Some((b, true)) => b,
+        let candidate = asked.as_ref().map(|a| a.takes(g));
+        let backend = match (&asked, candidate) {
+            (Some(a), Some(true)) => a.mode,
             _ => main_mode(g),
         };
+        let mut healthy = candidate != Some(false);
+        if candidate == Some(true) && asked.as_ref().is_some_and(|a| a.mig_backed.is_some()) {
+            let room = free_vfs(g, own);
+            vf_room.insert(g.pci_address, room);
+            healthy = room > 0;
+        }
         let mode = mode_of(g, backend, own, &mut free);
         gpus.push(GpuState {
             address: g.pci_address,
@@ -167,7 +236,7 @@ pub(crate) fn build(
                 _ => sched::Vendor::Other,
             },
             model: g.model.clone(),
-            healthy: !matches!(candidate, Some((_, false))),
+            healthy,
             utilization_pct: 0,
             memory_mib: g.memory_mib.unwrap_or(0),
             numa_node: g.numa_node,
@@ -179,7 +248,98 @@ pub(crate) fn build(
     SchedView {
         snap: Snapshot { gpus, numa },
         free,
+        ask: asked.map(|a| a.slice),
+        vf_room,
     }
+}
+
+/// A request as the scheduler is asked it: the mode its candidate GPUs appear in and what each
+/// slice asks for, both from the request's first spec on a PCI device (its kinds differ only
+/// in the start slot).
+struct Asked<'a> {
+    specs: &'a [SliceSpec],
+    mode: BackendKind,
+    slice: sched::SliceRequest,
+    /// A MIG-backed vGPU type asked as a GPU instance of its profile: only GPUs with MIG on
+    /// where the type takes that profile can carry it.
+    mig_backed: Option<(VgpuTypeId, MigProfileName)>,
+}
+
+impl<'a> Asked<'a> {
+    fn of(inv: &HostInventory, specs: &'a [SliceSpec]) -> Option<Self> {
+        let first = specs
+            .iter()
+            .find(|s| s.gpu.pci().is_some())
+            .or(specs.first())?;
+        let mig_backed = match first.kind {
+            SliceKind::NvidiaVfio { vgpu_type, .. } => inv
+                .gpus
+                .iter()
+                .filter(|g| specs.iter().any(|s| s.gpu == g.pci_address))
+                .find_map(|g| mig_backed_profile(g, vgpu_type))
+                .map(|profile| (vgpu_type, profile)),
+            _ => None,
+        };
+        Some(match mig_backed {
+            Some((ty, profile)) => Asked {
+                specs,
+                mode: BackendKind::Mig,
+                slice: sched::SliceRequest::Mig(profile.clone()),
+                mig_backed: Some((ty, profile)),
+            },
+            // A MIG-backed type on GPUs that all have MIG off stays a vGPU request: the
+            // backend refuses it with the reason.
+            None => Asked {
+                specs,
+                mode: first.kind.backend(),
+                slice: slice_request(&first.kind),
+                mig_backed: None,
+            },
+        })
+    }
+
+    /// Whether the GPU is a candidate the scheduler may choose.
+    fn takes(&self, g: &inventory::Gpu) -> bool {
+        self.specs.iter().any(|s| s.gpu == g.pci_address)
+            && self
+                .mig_backed
+                .as_ref()
+                .is_none_or(|(ty, profile)| mig_backed_profile(g, *ty).as_ref() == Some(profile))
+    }
+}
+
+/// The GPU-instance profile a MIG-backed vGPU type takes on this GPU, when MIG is on there.
+fn mig_backed_profile(g: &inventory::Gpu, ty: VgpuTypeId) -> Option<MigProfileName> {
+    let mig = g.mig.as_ref().filter(|m| m.enabled)?;
+    let id = g
+        .vgpu_types
+        .iter()
+        .find(|t| t.id == ty)?
+        .gpu_instance_profile_id?;
+    mig.profiles.iter().find(|p| p.id == id)?.name.parse().ok()
+}
+
+/// VFs a new vGPU could take on the GPU: untyped, not on vfio-pci, not an owned identity's;
+/// with none enabled yet, every VF the GPU supports (the backend enables them first) less the
+/// owned ones.
+fn free_vfs(g: &inventory::Gpu, own: &Ownership) -> u32 {
+    let Some(sriov) = &g.sriov else {
+        return 0;
+    };
+    let gpu = g.pci_address;
+    if sriov.vfs.is_empty() {
+        let owned = own.vfs.iter().filter(|(pf, _)| *pf == gpu).count();
+        return sriov
+            .total_vfs
+            .saturating_sub(u32::try_from(owned).unwrap_or(u32::MAX));
+    }
+    let free = sriov
+        .vfs
+        .iter()
+        .filter(|vf| vf.vgpu_type.is_none() && vf.driver.as_deref() != Some(vfio::VFIO_PCI))
+        .filter(|vf| !own.vfs.contains(&(gpu, vf.pci_address)))
+        .count();
+    u32::try_from(free).unwrap_or(u32::MAX)
 }
 
 /// Free CPUs (less the reserved ones) and memory per node from the inventory.
@@ -401,8 +561,9 @@ fn mdev_offer(t: &inventory::MdevTypeInfo) -> MdevOffer {
     }
 }
 
-/// The scheduler's request shape for an engine slice kind.
-pub(crate) fn slice_request(kind: &SliceKind) -> sched::SliceRequest {
+/// The scheduler's request shape for an engine slice kind (a MIG-backed vGPU type is asked as
+/// its GPU instance by [`Asked`]).
+fn slice_request(kind: &SliceKind) -> sched::SliceRequest {
     match kind {
         SliceKind::Mig { profile, .. } => sched::SliceRequest::Mig(profile.clone()),
         SliceKind::Mdev { type_id } => sched::SliceRequest::Mdev(type_id.clone()),
@@ -412,23 +573,23 @@ pub(crate) fn slice_request(kind: &SliceKind) -> sched::SliceRequest {
     }
 }
 
-/// The engine's slice kind for a scheduler choice (a MIG choice carries its start slot).
-pub(crate) fn kind_of(choice: &SliceChoice) -> Option<SliceKind> {
-    Some(match choice {
-        SliceChoice::Mig { profile, start } => SliceKind::Mig {
+/// The kind to create for the scheduler's choice on a request of kind `requested`: the
+/// request's kind, with the chosen start slot for a MIG instance or a MIG-backed vGPU's GPU
+/// instance; `None` for a choice the engine cannot make (a fractional share).
+pub(crate) fn decided_kind(requested: &SliceKind, choice: &SliceChoice) -> Option<SliceKind> {
+    Some(match (requested, choice) {
+        (_, SliceChoice::Fraction(_)) => return None,
+        (SliceKind::Mig { .. }, SliceChoice::Mig { profile, start }) => SliceKind::Mig {
             profile: profile.clone(),
             start: Some(u32::from(*start)),
         },
-        SliceChoice::Vgpu(t) => SliceKind::NvidiaVfio {
-            vgpu_type: *t,
-            start: None,
-        },
-        SliceChoice::Mdev(t) => SliceKind::Mdev {
-            type_id: MdevTypeId::clone(t),
-        },
-        SliceChoice::Vf => SliceKind::SriovVf,
-        SliceChoice::Whole => SliceKind::Passthrough,
-        SliceChoice::Fraction(_) => return None,
+        (SliceKind::NvidiaVfio { vgpu_type, .. }, SliceChoice::Mig { start, .. }) => {
+            SliceKind::NvidiaVfio {
+                vgpu_type: *vgpu_type,
+                start: Some(u32::from(*start)),
+            }
+        }
+        (k, _) => k.clone(),
     })
 }
 
@@ -488,7 +649,7 @@ mod tests {
         let view = build(
             &inv,
             &own,
-            Some((BackendKind::Passthrough, std::slice::from_ref(&spec))),
+            Some(std::slice::from_ref(&spec)),
             None,
             &CpuSet::default(),
         );
@@ -498,6 +659,42 @@ mod tests {
         ));
         assert!(view.snap.gpus[0].healthy);
         assert!(!view.snap.gpus[1].healthy);
+    }
+
+    #[test]
+    fn a_mig_backed_type_is_asked_as_its_gpu_instance_where_mig_is_on() {
+        let sim = sim::SimHost::new(sim::Profile::builtin("hgx-h200").unwrap()).unwrap();
+        let on: PciAddress = "0000:18:00.0".parse().unwrap();
+        sim.set_mig_mode(on, true).unwrap();
+        let inv = inventory::discover(&testkit::sim_access(&sim));
+        let specs: Vec<SliceSpec> = inv
+            .gpus
+            .iter()
+            .map(|g| SliceSpec {
+                gpu: g.pci_address.into(),
+                kind: SliceKind::NvidiaVfio {
+                    vgpu_type: "1414".parse().unwrap(),
+                    start: None,
+                },
+            })
+            .collect();
+        let view = build(
+            &inv,
+            &Ownership::default(),
+            Some(&specs),
+            None,
+            &CpuSet::default(),
+        );
+        assert_eq!(
+            view.ask,
+            Some(sched::SliceRequest::Mig("1g.18gb".parse().unwrap()))
+        );
+        let (with_mig, without): (Vec<_>, Vec<_>) =
+            view.snap.gpus.iter().partition(|g| g.address == on);
+        assert!(matches!(with_mig[0].mode, GpuMode::Mig { .. }) && with_mig[0].healthy);
+        // MIG off: no GPU instance for the type, left out.
+        assert!(without.iter().all(|g| !g.healthy), "{without:?}");
+        assert!(!view.out_of_vfs(on));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What a backend chooses from what it read, without touching the host: the VF a new slice
 //! takes, and the start slot of a new GPU instance when the request left it open (the
-//! scheduler's, on that GPU alone, else the first free one).
+//! scheduler's, on that GPU alone, else the first free one). An allocation's slices come with
+//! the slot the scheduler chose with the GPU; a slot is left open by an explicit create, a
+//! layout and the first-fit fallback.
 
 use gpu::Placement;
 use ids::{MigProfileName, PciAddress};
