@@ -299,8 +299,10 @@ fn mig_backed_vgpus_come_back_after_a_reboot_in_the_same_place() {
         let e = engine(&h, &state);
         create(&e, H200, vgpu(T1G, Some(5))).unwrap();
         create(&e, H200, vgpu(T3G, Some(0))).unwrap();
-        e.allocate(request("nova", "NVIDIA H200X-1-18C", Some(H200)))
-            .unwrap();
+        // Two: the free 1g slice is reused (free owned slices first) and one more is made.
+        let mut two = request("nova", "NVIDIA H200X-1-18C", Some(H200));
+        two.request.count = 2;
+        e.allocate(two).unwrap();
         let before: Vec<_> = e
             .slices()
             .into_iter()
