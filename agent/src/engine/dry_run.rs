@@ -36,16 +36,7 @@ impl Engine {
         };
         // Free owned slices of the type are what an allocation would take first: count them as
         // free capacity.
-        let free: Vec<_> = view
-            .free
-            .iter()
-            .filter(|f| {
-                specs
-                    .iter()
-                    .any(|s| s.gpu == f.gpu && f.kind.satisfies(&s.kind))
-            })
-            .cloned()
-            .collect();
+        let free = view.free_for(&specs);
         for f in &free {
             view.count_as_free(f);
         }

@@ -133,16 +133,7 @@ impl Engine {
         scheduling: &Scheduling,
     ) -> Option<SliceId> {
         loop {
-            let usable: Vec<_> = view
-                .free
-                .iter()
-                .filter(|f| {
-                    specs
-                        .iter()
-                        .any(|s| s.gpu == f.gpu && f.kind.satisfies(&s.kind))
-                })
-                .cloned()
-                .collect();
+            let usable = view.free_for(specs);
             if usable.is_empty() {
                 return None;
             }

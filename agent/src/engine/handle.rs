@@ -122,6 +122,18 @@ impl Engine {
         f(lock(&self.inner.store).get())
     }
 
+    /// The owned slices carved from the PCI device `gpu` (the ledger's, present on the host or
+    /// not).
+    pub(super) fn owned_on(&self, gpu: PciAddress) -> Vec<state::OwnedSlice> {
+        self.read(|d| {
+            d.slices
+                .values()
+                .filter(|s| s.spec.gpu == gpu)
+                .cloned()
+                .collect()
+        })
+    }
+
     /// Changes the desired state in one durable write.
     pub(super) fn write<R>(&self, f: impl FnOnce(&mut Desired) -> R) -> Result<R> {
         Ok(lock(&self.inner.store).update(f)?)

@@ -224,13 +224,7 @@ impl Engine {
                 return Ok(status(gpu, layout, pending, failed));
             }
         }
-        let owned: Vec<OwnedSlice> = self.read(|d| {
-            d.slices
-                .values()
-                .filter(|s| s.spec.gpu == gpu)
-                .cloned()
-                .collect()
-        });
+        let owned = self.owned_on(gpu);
         let mut surplus = Vec::new();
         for s in owned {
             match want

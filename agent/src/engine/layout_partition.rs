@@ -7,7 +7,6 @@ use ids::PciAddress;
 use super::error::{EngineError, Result, chain};
 use super::handle::Engine;
 use super::layout::{AmdPartition, Layout};
-use super::state::OwnedSlice;
 use super::vfs;
 
 /// Most VFs a compute mode can carry, where the mode fixes it: one per compute partition. CPX
@@ -221,13 +220,7 @@ impl Engine {
         pending: &mut Vec<String>,
         failed: &mut Vec<String>,
     ) -> Result<bool> {
-        let owned: Vec<OwnedSlice> = self.read(|d| {
-            d.slices
-                .values()
-                .filter(|s| s.spec.gpu == gpu)
-                .cloned()
-                .collect()
-        });
+        let owned = self.owned_on(gpu);
         let allocated = self.read(|d| owned.iter().any(|s| d.holder(s.id).is_some()));
         for s in &owned {
             // An allocated slice blocks the change: keep the free ones until it can go too.

@@ -78,6 +78,20 @@ pub(crate) struct SchedView {
 }
 
 impl SchedView {
+    /// The free owned slices that could serve one of `specs` (its GPU, a kind it satisfies):
+    /// what an allocation takes before it makes anything new.
+    pub fn free_for(&self, specs: &[SliceSpec]) -> Vec<FreeSlice> {
+        self.free
+            .iter()
+            .filter(|f| {
+                specs
+                    .iter()
+                    .any(|s| s.gpu == f.gpu && f.kind.satisfies(&s.kind))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// Commits a decision whose slices will be made new: each takes a VF where the view counts
     /// them.
     pub fn commit_new(&mut self, req: &sched::Request, decision: &Decision) {
