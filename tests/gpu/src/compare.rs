@@ -82,6 +82,8 @@ pub fn compare_gpu(real: &GpuObservation, sim: Option<&GpuObservation>) -> Vec<I
     vgpu(&mut out, real, sim);
     nvlink(&mut out, real, sim);
     pci(&mut out, real, sim);
+    // Neither side has it (no VFs on a GPU without SR-IOV): nothing to say.
+    out.retain(|i| i.real.is_some() || i.sim.is_some());
     out
 }
 
@@ -154,8 +156,11 @@ fn tables(out: &mut Vec<Item>, prefix: &str, real: Table, sim: Table) {
         .map(|(k, _)| k)
         .collect();
     let lookup = |t: &Table, k: &str| {
-        t.as_ref()
-            .map(|t| t.iter().find(|(key, _)| key == k).map_or(Value::Null, |(_, v)| v.clone()))
+        t.as_ref().map(|t| {
+            t.iter()
+                .find(|(key, _)| key == k)
+                .map_or(Value::Null, |(_, v)| v.clone())
+        })
     };
     for key in keys {
         out.push(item(
@@ -206,7 +211,11 @@ fn nvlink(out: &mut Vec<Item>, real: &GpuObservation, sim: Option<&GpuObservatio
     ));
     if let Some(links) = &real.nvlinks {
         let sim_side = sim.and_then(|s| s.nvlinks.as_ref());
-        out.push(item("nvlink.links", json_of(links), sim_side.and_then(json_of)));
+        out.push(item(
+            "nvlink.links",
+            json_of(links),
+            sim_side.and_then(json_of),
+        ));
     }
 }
 
@@ -218,7 +227,11 @@ fn file(o: &GpuObservation, name: &str) -> Option<Value> {
 /// The first VF's driver and the names of its `nvidia/` files.
 fn first_vf(o: &GpuObservation) -> Option<(Option<Value>, Value)> {
     let vf = o.pci.as_ref()?.vfs.first()?;
-    let names: Vec<&String> = vf.files.keys().filter(|k| k.starts_with("nvidia/")).collect();
+    let names: Vec<&String> = vf
+        .files
+        .keys()
+        .filter(|k| k.starts_with("nvidia/"))
+        .collect();
     let driver = vf.files.get("driver").and_then(json_of);
     Some((driver, json!(names)))
 }

@@ -9,8 +9,8 @@
 //! report and its text summary. The format is documented in `tests/gpu/README.md`.
 
 pub mod compare;
-pub mod nvml_extra;
 pub mod model;
+pub mod nvml_extra;
 pub mod observe;
 pub mod paths;
 pub mod pci_files;

@@ -79,7 +79,11 @@ fn no_gpu(fs: &sysfs::RealSysfs, out: &Path, why: &str) -> ExitCode {
     let listed: Vec<String> = functions.iter().map(ToString::to_string).collect();
     let message = format!(
         "gpu-probe: no NVIDIA GPU to probe ({why}); NVIDIA display functions in sysfs: {}\n",
-        if listed.is_empty() { "none".to_owned() } else { listed.join(" ") }
+        if listed.is_empty() {
+            "none".to_owned()
+        } else {
+            listed.join(" ")
+        }
     );
     eprint!("{message}");
     if std::fs::create_dir_all(out).is_ok() {

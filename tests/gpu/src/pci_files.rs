@@ -123,9 +123,17 @@ pub fn observe_pci(fs: ReadSysfs<'_>, pf: PciAddress) -> PciObservation {
     let dir = paths::pci_device(pf);
     let mut files: BTreeMap<String, FileObservation> = PF_FILES
         .iter()
-        .map(|name| ((*name).to_owned(), FileObservation::read(fs, &dir.join(name))))
+        .map(|name| {
+            (
+                (*name).to_owned(),
+                FileObservation::read(fs, &dir.join(name)),
+            )
+        })
         .collect();
-    files.insert("driver".to_owned(), FileObservation::link(fs, &dir.join("driver")));
+    files.insert(
+        "driver".to_owned(),
+        FileObservation::link(fs, &dir.join("driver")),
+    );
     files.extend(nvidia_files(fs, &dir));
     let proc_dir = paths::nvidia_proc_gpu(pf);
     // Presence only: the lock is what `sriov-manage` takes; reading it is not needed to know
@@ -152,7 +160,10 @@ pub fn observe_pci(fs: ReadSysfs<'_>, pf: PciAddress) -> PciObservation {
 fn observe_vf(fs: ReadSysfs<'_>, vf: PciAddress) -> VfObservation {
     let dir = paths::pci_device(vf);
     let mut files = BTreeMap::new();
-    files.insert("driver".to_owned(), FileObservation::link(fs, &dir.join("driver")));
+    files.insert(
+        "driver".to_owned(),
+        FileObservation::link(fs, &dir.join("driver")),
+    );
     files.extend(nvidia_files(fs, &dir));
     VfObservation { address: vf, files }
 }
@@ -163,7 +174,10 @@ fn nvidia_files(fs: ReadSysfs<'_>, dir: &Path) -> BTreeMap<String, FileObservati
     let Ok(names) = fs.list_dir(&nvidia) else {
         return BTreeMap::new();
     };
-    let mut names: Vec<String> = names.into_iter().filter_map(|n| n.into_string().ok()).collect();
+    let mut names: Vec<String> = names
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .collect();
     names.sort();
     names
         .into_iter()

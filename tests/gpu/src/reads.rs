@@ -51,7 +51,11 @@ impl<'a> ReadNvml<'a> {
     }
 
     /// Every placement a profile allows.
-    pub fn gpu_instance_possible_placements(&self, index: u32, profile: u32) -> NvmlResult<Vec<Placement>> {
+    pub fn gpu_instance_possible_placements(
+        &self,
+        index: u32,
+        profile: u32,
+    ) -> NvmlResult<Vec<Placement>> {
         self.0.gpu_instance_possible_placements(index, profile)
     }
 
@@ -66,7 +70,11 @@ impl<'a> ReadNvml<'a> {
     }
 
     /// Compute-instance profiles of a GPU instance.
-    pub fn compute_instance_profiles(&self, index: u32, gi: u32) -> NvmlResult<Vec<ComputeInstanceProfile>> {
+    pub fn compute_instance_profiles(
+        &self,
+        index: u32,
+        gi: u32,
+    ) -> NvmlResult<Vec<ComputeInstanceProfile>> {
         self.0.compute_instance_profiles(index, gi)
     }
 

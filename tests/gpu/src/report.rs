@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::compare::{Item, Verdict, compare_gpu, tally};
 use crate::model::{ModelChoice, find_model, observe_model};
 use crate::observe::{GpuObservation, Sources, observe_gpu};
-use crate::pci_files::FileObservation;
 use crate::paths;
+use crate::pci_files::FileObservation;
 
 /// The report format's name and version.
 pub const FORMAT: &str = "vgpud-gpu-probe/1";
@@ -89,7 +89,11 @@ pub fn gpu_report(
     candidates: &[sim::Profile],
     ordinal: usize,
 ) -> GpuReport {
-    let name = observation.info.ok().map(|i| i.name.clone()).unwrap_or_default();
+    let name = observation
+        .info
+        .ok()
+        .map(|i| i.name.clone())
+        .unwrap_or_default();
     let device = match observation.pci.as_ref().and_then(|p| p.files.get("device")) {
         Some(FileObservation::Text(d)) => Some(d.clone()),
         _ => None,
@@ -155,7 +159,11 @@ fn gpu_summary(out: &mut String, gpu: &GpuReport) {
         (i.name.clone(), i.pci_address.to_string())
     });
     let _ = writeln!(out, "\nGPU {} {name} at {addr}", o.index);
-    let _ = writeln!(out, "  MIG mode: {}", serde_json::to_string(&o.mig_mode).unwrap_or_default());
+    let _ = writeln!(
+        out,
+        "  MIG mode: {}",
+        serde_json::to_string(&o.mig_mode).unwrap_or_default()
+    );
     match &gpu.model {
         Some(m) => {
             let _ = writeln!(
@@ -169,13 +177,32 @@ fn gpu_summary(out: &mut String, gpu: &GpuReport) {
             let _ = writeln!(out, "  model: none ({note})");
         }
     }
-    let tally: Vec<String> = gpu.tally.iter().map(|(v, n)| format!("{} {n}", verdict(*v))).collect();
-    let _ = writeln!(out, "  items: {}", tally.join(", "));
-    for item in &gpu.comparison {
+    let tally: Vec<String> = gpu
+        .tally
+        .iter()
+        .map(|(v, n)| format!("{} {n}", verdict(*v)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  items: {} (the equal ones are not listed)",
+        tally.join(", ")
+    );
+    for item in gpu
+        .comparison
+        .iter()
+        .filter(|i| i.verdict != Verdict::Equal)
+    {
         let _ = write!(out, "  {:<13} {}", verdict(item.verdict), item.name);
         if item.verdict == Verdict::Differs {
-            let side = |v: &Option<serde_json::Value>| v.as_ref().map_or("-".to_owned(), |v| v.to_string());
-            let _ = write!(out, "\n      real: {}\n      sim:  {}", side(&item.real), side(&item.sim));
+            let side = |v: &Option<serde_json::Value>| {
+                v.as_ref().map_or("-".to_owned(), |v| v.to_string())
+            };
+            let _ = write!(
+                out,
+                "\n      real: {}\n      sim:  {}",
+                side(&item.real),
+                side(&item.sim)
+            );
         }
         out.push('\n');
     }
