@@ -12,15 +12,34 @@ use nvml_wrapper::Nvml as Wrapper;
 use nvml_wrapper_sys::bindings as sys;
 use serde::{Deserialize, Serialize};
 
+/// An answer from nvml-wrapper: the value, or its error as text (`{"ok": …}` / `{"error": …}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply<T> {
+    /// The call succeeded.
+    Ok(T),
+    /// The call failed.
+    Error(String),
+}
+
+impl<T, E: std::fmt::Display> From<Result<T, E>> for Reply<T> {
+    fn from(r: Result<T, E>) -> Self {
+        match r {
+            Ok(v) => Reply::Ok(v),
+            Err(e) => Reply::Error(e.to_string()),
+        }
+    }
+}
+
 /// One NVLink of a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkObservation {
     /// Link number.
     pub link: u32,
     /// `nvmlDeviceGetNvLinkState`: active or not; an NVML error as text.
-    pub state: Result<bool, String>,
+    pub state: Reply<bool>,
     /// `nvmlDeviceGetNvLinkRemotePciInfo_v2` bus id of an active link's far end.
-    pub remote_pci: Option<Result<String, String>>,
+    pub remote_pci: Option<Reply<String>>,
     /// Whether NVML has a GPU at that bus id (`nvmlDeviceGetHandleByPciBusId_v2`).
     pub remote_is_gpu: Option<bool>,
 }
@@ -31,7 +50,7 @@ pub trait NvmlExtra {
     fn links(&self, index: u32) -> Option<Vec<LinkObservation>>;
     /// Names of the vGPU types creatable now (`nvmlDeviceGetCreatableVgpus`); `None` when the
     /// source does not model it.
-    fn creatable_vgpu_types(&self, index: u32) -> Option<Result<Vec<String>, String>>;
+    fn creatable_vgpu_types(&self, index: u32) -> Option<Reply<Vec<String>>>;
 }
 
 /// The simulator's answer: neither is modelled.
@@ -42,7 +61,7 @@ impl NvmlExtra for NotModelled {
     fn links(&self, _: u32) -> Option<Vec<LinkObservation>> {
         None
     }
-    fn creatable_vgpu_types(&self, _: u32) -> Option<Result<Vec<String>, String>> {
+    fn creatable_vgpu_types(&self, _: u32) -> Option<Reply<Vec<String>>> {
         None
     }
 }
@@ -77,16 +96,12 @@ impl RealExtra {
             // No such link on this GPU: stop listing it.
             Err(nvml_wrapper::error::NvmlError::InvalidArg)
             | Err(nvml_wrapper::error::NvmlError::NotSupported) => return None,
-            other => other.map_err(|e| e.to_string()),
+            other => Reply::from(other),
         };
-        let remote_pci = (state == Ok(true)).then(|| {
-            wrapper
-                .remote_pci_info()
-                .map(|pci| pci.bus_id)
-                .map_err(|e| e.to_string())
-        });
+        let remote_pci = (state == Reply::Ok(true))
+            .then(|| Reply::from(wrapper.remote_pci_info().map(|pci| pci.bus_id)));
         let remote_is_gpu = match &remote_pci {
-            Some(Ok(bus)) => Some(self.nvml.device_by_pci_bus_id(bus.as_str()).is_ok()),
+            Some(Reply::Ok(bus)) => Some(self.nvml.device_by_pci_bus_id(bus.as_str()).is_ok()),
             _ => None,
         };
         Some(LinkObservation {
@@ -108,10 +123,10 @@ impl NvmlExtra for RealExtra {
         )
     }
 
-    fn creatable_vgpu_types(&self, index: u32) -> Option<Result<Vec<String>, String>> {
+    fn creatable_vgpu_types(&self, index: u32) -> Option<Reply<Vec<String>>> {
         let device = match self.nvml.device_by_index(index) {
             Ok(d) => d,
-            Err(e) => return Some(Err(e.to_string())),
+            Err(e) => return Some(Reply::Error(e.to_string())),
         };
         let names = device.vgpu_creatable_types().and_then(|types| {
             types
@@ -119,6 +134,6 @@ impl NvmlExtra for RealExtra {
                 .map(nvml_wrapper::vgpu::VgpuType::name)
                 .collect::<Result<Vec<_>, _>>()
         });
-        Some(names.map_err(|e| e.to_string()))
+        Some(names.into())
     }
 }

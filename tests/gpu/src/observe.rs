@@ -9,7 +9,7 @@ use gpu::{
 use ids::PciAddress;
 use serde::{Deserialize, Serialize};
 
-use crate::nvml_extra::{LinkObservation, NvmlExtra};
+use crate::nvml_extra::{LinkObservation, NvmlExtra, Reply};
 use crate::pci_files::{PciObservation, observe_pci};
 use crate::reads::{ReadNvml, ReadSysfs};
 
@@ -91,7 +91,7 @@ pub struct GpuObservation {
     /// vGPU types the GPU supports.
     pub vgpu_types: Answer<Vec<VgpuTypeInfo>>,
     /// vGPU types NVML says are creatable now; `None`: not modelled by the source.
-    pub creatable_vgpu_types: Option<Result<Vec<String>, String>>,
+    pub creatable_vgpu_types: Option<Reply<Vec<String>>>,
     /// GPUs at the far end of active NVLinks.
     pub nvlink_peers: Answer<Vec<PciAddress>>,
     /// Each NVLink; `None`: not modelled by the source.

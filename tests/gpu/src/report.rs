@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compare::{Item, Verdict, compare_gpu, tally};
 use crate::model::{ModelChoice, find_model, observe_model};
-use crate::observe::{GpuObservation, Sources, observe_gpu};
+use crate::observe::{Answer, GpuObservation, Sources, observe_gpu};
 use crate::paths;
 use crate::pci_files::FileObservation;
 
@@ -48,7 +48,7 @@ pub struct Report {
     /// `/sys/module/nvidia/version`.
     pub nvidia_module_version: FileObservation,
     /// NVML's driver version, or its error.
-    pub driver_version: Result<String, String>,
+    pub driver_version: Answer<String>,
     /// Every GPU NVML lists.
     pub gpus: Vec<GpuReport>,
 }
@@ -78,7 +78,7 @@ pub fn probe(src: Sources<'_>, candidates: &[sim::Profile]) -> anyhow::Result<Re
             src.sysfs,
             Path::new(paths::NVIDIA_MODULE_VERSION),
         ),
-        driver_version: src.nvml.driver_version().map_err(|e| e.to_string()),
+        driver_version: src.nvml.driver_version().into(),
         gpus,
     })
 }
@@ -144,7 +144,10 @@ impl Report {
         let _ = writeln!(out, "{FORMAT}");
         let _ = writeln!(out, "kernel: {}", shown(&self.kernel));
         let _ = writeln!(out, "nvidia module: {}", shown(&self.nvidia_module_version));
-        let driver = self.driver_version.as_deref().unwrap_or_else(|e| e);
+        let driver = match &self.driver_version {
+            Answer::Ok(v) => v.clone(),
+            Answer::Error { message, .. } => message.clone(),
+        };
         let _ = writeln!(out, "NVML driver: {driver}");
         for gpu in &self.gpus {
             gpu_summary(&mut out, gpu);
