@@ -21,6 +21,10 @@ pub enum MatchedBy {
     ProductName,
     /// The model's PCI device id is the GPU's.
     PciDeviceId,
+    /// Only the MIG table: no model is this GPU, but one has the MIG family `sim` guesses for
+    /// it from its name and memory (`MigFamily::from_product_name`). Only `mig.*` items are
+    /// compared.
+    MigFamily,
 }
 
 /// The model chosen for a GPU.
@@ -45,11 +49,13 @@ pub fn builtin_profiles() -> anyhow::Result<Vec<Profile>> {
 }
 
 /// The first candidate model with NVML's product name, else the first with the PCI device id
-/// (`0x2335` as sysfs writes it).
+/// (`0x2335` as sysfs writes it), else the first with the MIG family `sim` guesses from the name
+/// and `memory_mib`.
 pub fn find_model<'a>(
     candidates: &'a [Profile],
     product_name: &str,
     pci_device: Option<&str>,
+    memory_mib: u64,
 ) -> Option<(&'a Profile, String, MatchedBy)> {
     let by = |want: &dyn Fn(&sim::GpuModel) -> bool, how| {
         candidates.iter().find_map(|p| {
@@ -70,6 +76,10 @@ pub fn find_model<'a>(
             &|m| m.device.to_string().trim_start_matches("0x") == device,
             MatchedBy::PciDeviceId,
         )
+    })
+    .or_else(|| {
+        let family = sim::MigFamily::from_product_name(product_name, memory_mib)?;
+        by(&|m| m.mig == Some(family), MatchedBy::MigFamily)
     })
 }
 

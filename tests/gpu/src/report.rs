@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::compare::{Item, Verdict, compare_gpu, tally};
-use crate::model::{ModelChoice, find_model, observe_model};
+use crate::model::{MatchedBy, ModelChoice, find_model, observe_model};
 use crate::observe::{Answer, GpuObservation, Sources, observe_gpu};
 use crate::paths;
 use crate::pci_files::FileObservation;
@@ -94,12 +94,13 @@ pub fn gpu_report(
         .ok()
         .map(|i| i.name.clone())
         .unwrap_or_default();
+    let memory = observation.info.ok().map_or(0, |i| i.memory_total_mib);
     let device = match observation.pci.as_ref().and_then(|p| p.files.get("device")) {
         Some(FileObservation::Text(d)) => Some(d.clone()),
         _ => None,
     };
     let (model, model_note, sim_observation) =
-        match find_model(candidates, &name, device.as_deref()) {
+        match find_model(candidates, &name, device.as_deref(), memory) {
             None => (None, Some(format!("no sim model for {name:?}")), None),
             Some((profile, key, matched_by)) => match observe_model(profile, &key, ordinal) {
                 Ok((sim_gpu, seen)) => {
@@ -114,7 +115,13 @@ pub fn gpu_report(
                 Err(e) => (None, Some(format!("{e:#}")), None),
             },
         };
-    let comparison = compare_gpu(&observation, sim_observation.as_ref());
+    let mut comparison = compare_gpu(&observation, sim_observation.as_ref());
+    if model
+        .as_ref()
+        .is_some_and(|m| m.matched_by == MatchedBy::MigFamily)
+    {
+        only_mig(&mut comparison);
+    }
     GpuReport {
         tally: tally(&comparison),
         observation,
@@ -122,6 +129,14 @@ pub fn gpu_report(
         model_note,
         sim_observation,
         comparison,
+    }
+}
+
+/// A model that shares only the MIG family says nothing about the rest.
+fn only_mig(items: &mut [Item]) {
+    for item in items.iter_mut().filter(|i| !i.name.starts_with("mig.")) {
+        item.sim = None;
+        item.verdict = Verdict::NotModelled;
     }
 }
 

@@ -180,3 +180,31 @@ fn the_report_round_trips_through_json_and_is_written() {
         "{summary}"
     );
 }
+
+#[test]
+fn a_gpu_of_another_model_with_the_same_mig_family_compares_the_mig_table_only() {
+    // The probed GPU is renamed and given another device id; the candidates only know the
+    // original model, whose MIG family `sim` guesses from the new name and memory.
+    let mut renamed = h200_mig_on();
+    let model = renamed.models.get_mut("h200").unwrap();
+    model.name = "NVIDIA H200 NVL".to_owned();
+    model.device = "233b".parse().unwrap();
+    let host = SimHost::new(renamed).unwrap();
+    let report = probe_host(&host, &[Profile::builtin("hgx-h200").unwrap()]);
+    let gpu = &report.gpus[0];
+    assert_eq!(gpu.model.as_ref().unwrap().matched_by, MatchedBy::MigFamily);
+    let mig: Vec<&Item> = gpu
+        .comparison
+        .iter()
+        .filter(|i| i.name.starts_with("mig.profile."))
+        .collect();
+    assert!(!mig.is_empty());
+    assert!(mig.iter().all(|i| i.verdict == Verdict::Equal), "{mig:?}");
+    for i in gpu
+        .comparison
+        .iter()
+        .filter(|i| !i.name.starts_with("mig."))
+    {
+        assert_eq!(i.verdict, Verdict::NotModelled, "{i:?}");
+    }
+}
