@@ -114,3 +114,18 @@ fn existing_slices_are_listed_whoever_made_them() {
         .unwrap();
     assert_eq!(q2.available_instances, Some(0));
 }
+
+#[test]
+fn mig_off_is_not_a_problem() {
+    // hgx-h200: MIG-capable H200s with MIG mode off. NVML answers the profile queries
+    // NOT_SUPPORTED while MIG is off (nvml.h, nvmlDeviceGetGpuInstanceProfileInfo); that is the
+    // GPU's state, not a fault.
+    let sim = host("hgx-h200");
+    let inv = discover(&access(&sim));
+    assert_eq!(inv.gpus.len(), 8);
+    for g in &inv.gpus {
+        let mig = g.mig.as_ref().expect("MIG-capable");
+        assert!(!mig.enabled);
+        assert!(g.warnings.is_empty(), "{}: {:?}", g.pci_address, g.warnings);
+    }
+}
