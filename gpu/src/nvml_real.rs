@@ -1,7 +1,7 @@
 //! [`NvmlLibrary`]: the [`Nvml`] trait over NVIDIA's real `libnvidia-ml.so.1`, loaded at run
 //! time through `nvml-wrapper`.
 //!
-//! The safe wrapper serves discovery, telemetry, vGPU types and NVLink ([`nvlink`]: link ends and
+//! The safe wrapper serves discovery, telemetry, vGPU types and NVLink (`nvlink`: link ends and
 //! NVSwitch fabric peers); MIG instances, the NVLink remote device type, the fabric info and the
 //! Xid event set go through [`raw`], the crate's one NVML FFI module.
 //! A host without the driver is normal: [`NvmlLibrary::load`] then returns `LIBRARY_NOT_FOUND`

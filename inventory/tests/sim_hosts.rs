@@ -129,3 +129,23 @@ fn mig_off_is_not_a_problem() {
         assert!(g.warnings.is_empty(), "{}: {:?}", g.pci_address, g.warnings);
     }
 }
+
+#[test]
+fn nvswitch_fabric_makes_every_gpu_a_peer() {
+    // HGX H200: every NVLink ends at an NVSwitch, so no link names a GPU; all GPUs registered on
+    // the same fabric are peers (NVML: nvmlDeviceGetNvLinkRemoteDeviceType = SWITCH,
+    // nvmlDeviceGetGpuFabricInfo gives the fabric).
+    let sim = host("hgx-h200");
+    let inv = discover(&access(&sim));
+    assert_eq!(inv.gpus.len(), 8);
+    for g in &inv.gpus {
+        let mut want: Vec<_> = inv
+            .gpus
+            .iter()
+            .map(|o| o.pci_address)
+            .filter(|a| *a != g.pci_address)
+            .collect();
+        want.sort();
+        assert_eq!(g.nvlink_peers, want, "{}", g.pci_address);
+    }
+}

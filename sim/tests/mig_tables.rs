@@ -10,7 +10,19 @@ use sim::{MigFamily, Profile, SimHost};
 /// OFA), in NVML profile-index order.
 type Row = (String, u32, u32, u32, u32, u64, u32, u32, u32, u32, u32);
 /// A [`Row`] as the tests write it.
-type RowStr = (&'static str, u32, u32, u32, u32, u64, u32, u32, u32, u32, u32);
+type RowStr = (
+    &'static str,
+    u32,
+    u32,
+    u32,
+    u32,
+    u64,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+);
 
 /// The expected rows, names written as `&str`.
 fn rows(want: &[RowStr]) -> Vec<Row> {
