@@ -247,6 +247,66 @@ pub struct XidEvent {
     pub xid: u64,
 }
 
+/// Where a GPU's NVLinks lead, as far as peers over an NVSwitch fabric go.
+///
+/// On HGX/DGX boards every NVLink ends at an NVSwitch: `nvmlDeviceGetNvLinkRemoteDeviceType`
+/// answers `NVML_NVLINK_DEVICE_TYPE_SWITCH` and no link names a GPU, yet every GPU on the same
+/// fabric can reach every other. On Hopper and newer, `nvmlDeviceGetGpuFabricInfo` says which
+/// fabric: the GPU registers with NVIDIA Fabric Manager and, once the state is
+/// `NVML_GPU_FABRIC_STATE_COMPLETED` with status `NVML_SUCCESS`, is on the NVLink fabric named by
+/// `clusterUuid` and `cliqueId` (NVML API reference, `nvmlDeviceGetGpuFabricInfo`). Older GPUs
+/// (DGX A100) and drivers have no such call: their switch links join the host's one fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvlinkFabric {
+    /// No active NVLink to an NVSwitch.
+    NoSwitch,
+    /// Active links to NVSwitches; the GPU cannot say which fabric (no fabric info, or
+    /// `NOT_SUPPORTED`): the host's switches form one fabric.
+    HostSwitches,
+    /// Registered with Fabric Manager on this fabric.
+    Registered {
+        /// `clusterUuid`.
+        cluster_uuid: [u8; 16],
+        /// `cliqueId`.
+        clique_id: u32,
+    },
+    /// Fabric registration not complete (not started, in progress, or failed): NVLink
+    /// peer-to-peer does not work yet, so the GPU has no fabric peers.
+    Unregistered,
+}
+
+impl NvlinkFabric {
+    /// Whether two GPUs of one host reach each other through the switch fabric.
+    pub fn same_fabric(self, other: NvlinkFabric) -> bool {
+        match (self, other) {
+            (NvlinkFabric::HostSwitches, NvlinkFabric::HostSwitches) => true,
+            (
+                NvlinkFabric::Registered {
+                    cluster_uuid: a,
+                    clique_id: x,
+                },
+                NvlinkFabric::Registered {
+                    cluster_uuid: b,
+                    clique_id: y,
+                },
+            ) => a == b && x == y,
+            _ => false,
+        }
+    }
+}
+
+/// The GPUs among `others` on the same switch fabric as a GPU with `own`, in address order.
+pub fn fabric_peers(own: NvlinkFabric, others: &[(PciAddress, NvlinkFabric)]) -> Vec<PciAddress> {
+    let mut peers: Vec<PciAddress> = others
+        .iter()
+        .filter(|(_, f)| own.same_fabric(*f))
+        .map(|(a, _)| *a)
+        .collect();
+    peers.sort();
+    peers.dedup();
+    peers
+}
+
 /// Narrow access to NVML. Devices are addressed by NVML index, as NVML does.
 ///
 /// Implementations: `gpu::nvml_real::NvmlLibrary` (the real library, loaded at run time) and
@@ -317,8 +377,53 @@ pub trait Nvml: Send + Sync + fmt::Debug {
     fn telemetry(&self, index: u32) -> NvmlResult<Telemetry>;
     /// vGPU types the GPU supports; empty on a driver without vGPU.
     fn supported_vgpu_types(&self, index: u32) -> NvmlResult<Vec<VgpuTypeInfo>>;
-    /// PCI addresses of GPUs connected to this one by an active NVLink.
+    /// PCI addresses of GPUs connected to this one by an active NVLink: the far ends of links
+    /// that end at a GPU, and every GPU on the same NVSwitch fabric ([`NvlinkFabric`]).
     fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>>;
     /// Waits up to `timeout_ms` for the next Xid event on any GPU; `None` when none came.
     fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> PciAddress {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn gpus_on_one_fabric_are_peers() {
+        let reg = |clique| NvlinkFabric::Registered {
+            cluster_uuid: [7; 16],
+            clique_id: clique,
+        };
+        let others = [
+            (a("0000:2a:00.0"), reg(0)),
+            (a("0000:19:00.0"), reg(0)),
+            (a("0000:3b:00.0"), reg(1)),
+            (a("0000:4c:00.0"), NvlinkFabric::Unregistered),
+            (a("0000:5d:00.0"), NvlinkFabric::NoSwitch),
+        ];
+        assert_eq!(
+            fabric_peers(reg(0), &others),
+            vec![a("0000:19:00.0"), a("0000:2a:00.0")]
+        );
+        // Registration not complete: no NVLink peer-to-peer yet.
+        assert!(fabric_peers(NvlinkFabric::Unregistered, &others).is_empty());
+        assert!(fabric_peers(NvlinkFabric::NoSwitch, &others).is_empty());
+    }
+
+    #[test]
+    fn switch_links_without_fabric_info_join_the_host_fabric() {
+        let others = [
+            (a("0000:07:00.0"), NvlinkFabric::HostSwitches),
+            (a("0000:0f:00.0"), NvlinkFabric::HostSwitches),
+            (a("0000:47:00.0"), NvlinkFabric::NoSwitch),
+        ];
+        assert_eq!(
+            fabric_peers(NvlinkFabric::HostSwitches, &others),
+            vec![a("0000:07:00.0"), a("0000:0f:00.0")]
+        );
+    }
 }

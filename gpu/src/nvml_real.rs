@@ -1,11 +1,13 @@
 //! [`NvmlLibrary`]: the [`Nvml`] trait over NVIDIA's real `libnvidia-ml.so.1`, loaded at run
 //! time through `nvml-wrapper`.
 //!
-//! The safe wrapper serves discovery, telemetry, vGPU types and NVLink; MIG instances, the NVLink
-//! remote device type and the Xid event set go through [`raw`], the crate's one NVML FFI module.
+//! The safe wrapper serves discovery, telemetry, vGPU types and NVLink (`nvlink`: link ends and
+//! NVSwitch fabric peers); MIG instances, the NVLink remote device type, the fabric info and the
+//! Xid event set go through [`raw`], the crate's one NVML FFI module.
 //! A host without the driver is normal: [`NvmlLibrary::load`] then returns `LIBRARY_NOT_FOUND`
 //! or `DRIVER_NOT_LOADED`, never panics.
 
+mod nvlink;
 mod raw;
 
 use std::fmt;
@@ -160,32 +162,6 @@ impl NvmlLibrary {
             }
         }
         Ok(out)
-    }
-
-    /// The address at the far end of an active link, when that is a GPU.
-    fn nvlink_peer(&self, device: &Device<'_>, link: u32) -> NvmlResult<Option<PciAddress>> {
-        // The type first: an NVSwitch's PCI info is not worth reading (nor trusting).
-        let kind = raw::nvlink_remote_device_type(device, link);
-        if kind == Ok(raw::NVLINK_REMOTE_SWITCH) {
-            return Ok(None);
-        }
-        let nvlink = device.link_wrapper_for(link);
-        let remote = nvlink
-            .remote_pci_info()
-            .map_err(wrap("nvmlDeviceGetNvLinkRemotePciInfo_v2"))?;
-        let is_gpu = match kind {
-            Ok(raw::NVLINK_REMOTE_GPU) => true,
-            // Unknown type, or a driver without the query: a GPU is one NVML knows.
-            _ => self
-                .nvml
-                .device_by_pci_bus_id(remote.bus_id.as_str())
-                .is_ok(),
-        };
-        if !is_gpu {
-            return Ok(None);
-        }
-        // A peer whose address does not parse is logged and left out, not fatal to the rest.
-        Ok(parse_bus_id("nvmlDeviceGetNvLinkRemotePciInfo_v2", &remote.bus_id).ok())
     }
 }
 
@@ -448,26 +424,7 @@ impl Nvml for NvmlLibrary {
     }
 
     fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>> {
-        let device = self.device(index)?;
-        let mut peers = Vec::new();
-        for link in 0..sys::NVML_NVLINK_MAX_LINKS {
-            let active = device.link_wrapper_for(link).is_active();
-            let peer = match active.map_err(wrap("nvmlDeviceGetNvLinkState")) {
-                Ok(true) => self.nvlink_peer(&device, link),
-                Ok(false) => continue,
-                Err(e) => Err(e),
-            };
-            match peer {
-                Ok(peer) => peers.extend(peer),
-                // No NVLink on this GPU, fewer links than the maximum, or a link NVML cannot
-                // describe.
-                Err(e) if is_not_applicable(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        peers.sort();
-        peers.dedup();
-        Ok(peers)
+        self.nvlink_peers_of(index)
     }
 
     fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>> {
@@ -697,9 +654,14 @@ mod tests {
 
     /// Builds the stub with `cc` (present wherever Rust links) into `dir`.
     fn stub_nvml(dir: &Path, init_result: u32) -> std::path::PathBuf {
+        build_stub(dir, STUB_NVML, init_result)
+    }
+
+    /// Builds one stub library from C `code` into `dir`.
+    fn build_stub(dir: &Path, code: &str, init_result: u32) -> std::path::PathBuf {
         let source = dir.join("stub.c");
         let library = dir.join("libnvidia-ml.so.1");
-        std::fs::write(&source, STUB_NVML).unwrap();
+        std::fs::write(&source, code).unwrap();
         let status = std::process::Command::new("cc")
             .args(["-shared", "-fPIC", "-o"])
             .arg(&library)
@@ -709,6 +671,89 @@ mod tests {
             .expect("run cc to build the NVML stub");
         assert!(status.success(), "cc failed to build the NVML stub");
         library
+    }
+
+    /// An HGX-like stub: four GPUs whose four active NVLinks each end at an NVSwitch
+    /// (`nvmlDeviceGetNvLinkRemoteDeviceType` = `NVML_NVLINK_DEVICE_TYPE_SWITCH`, 2). GPUs 0-2
+    /// completed fabric registration on one clique; GPU 3 is still registering.
+    const STUB_HGX: &str = r#"
+        typedef struct {
+            char busIdLegacy[16];
+            unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+            char busId[32];
+        } pci_t;
+        typedef struct {
+            unsigned char clusterUuid[16];
+            int status;
+            unsigned cliqueId;
+            unsigned char state;
+        } fabric_t;
+        static int gpus[4];
+        static int which(void *d) { return (int *)d - gpus; }
+        int nvmlInit_v2(void) { return INIT_RESULT; }
+        int nvmlShutdown(void) { return 0; }
+        int nvmlDeviceGetCount_v2(unsigned *c) { *c = 4; return 0; }
+        int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) {
+            if (i > 3) return 2;
+            *d = &gpus[i];
+            return 0;
+        }
+        int nvmlDeviceGetPciInfo_v3(void *d, pci_t *p) {
+            const char *ids[] = {"00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0",
+                                 "00000000:5D:00.0"};
+            const char *id = ids[which(d)];
+            for (int i = 0; id[i]; i++) p->busId[i] = id[i];
+            return 0;
+        }
+        int nvmlDeviceGetNvLinkState(void *d, unsigned link, int *on) {
+            if (link >= 18) return 2;
+            *on = link < 4;
+            return 0;
+        }
+        int nvmlDeviceGetNvLinkRemoteDeviceType(void *d, unsigned link, int *kind) {
+            *kind = 2;
+            return 0;
+        }
+        int nvmlDeviceGetGpuFabricInfo(void *d, fabric_t *f) {
+            for (int i = 0; i < 16; i++) f->clusterUuid[i] = 0xab;
+            f->status = 0;
+            f->cliqueId = 1;
+            f->state = which(d) == 3 ? 2 : 3;
+            return 0;
+        }
+    "#;
+
+    #[test]
+    fn stub_nvswitch_fabric_peers() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvml = NvmlLibrary::load_from(build_stub(dir.path(), STUB_HGX, 0)).unwrap();
+        let a = |s: &str| s.parse::<PciAddress>().unwrap();
+        // No link names a GPU, yet the registered GPUs are each other's peers.
+        assert_eq!(
+            nvml.nvlink_peers(0).unwrap(),
+            vec![a("0000:2a:00.0"), a("0000:3a:00.0")]
+        );
+        assert_eq!(
+            nvml.nvlink_peers(2).unwrap(),
+            vec![a("0000:18:00.0"), a("0000:2a:00.0")]
+        );
+        // Still registering with Fabric Manager: no NVLink peer-to-peer yet.
+        assert!(nvml.nvlink_peers(3).unwrap().is_empty());
+    }
+
+    #[test]
+    fn stub_switch_links_without_fabric_info_are_one_fabric() {
+        // A DGX A100 or an older driver: no nvmlDeviceGetGpuFabricInfo symbol.
+        let dir = tempfile::tempdir().unwrap();
+        let code = STUB_HGX.replace("nvmlDeviceGetGpuFabricInfo", "not_nvml_fabric_info");
+        let nvml = NvmlLibrary::load_from(build_stub(dir.path(), &code, 0)).unwrap();
+        let peers: Vec<String> = nvml
+            .nvlink_peers(3)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(peers, ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"]);
     }
 
     #[test]

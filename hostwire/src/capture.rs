@@ -467,6 +467,7 @@ impl Capturer<'_> {
             mdev_types: Vec::new(),
             amd: None,
             nvlink: false,
+            fabric_info: false,
             power_limit_w: 300,
             idle_power_w: 50,
             sm_clock_mhz: 1410,

@@ -344,10 +344,14 @@ fn mig_info(nvml: &dyn Nvml, index: u32, warnings: &mut Vec<String>) -> Option<M
             return None;
         }
     };
-    let profiles = nvml.gpu_instance_profiles(index).unwrap_or_else(|e| {
-        warnings.push(e.to_string());
-        Vec::new()
-    });
+    let profiles = match nvml.gpu_instance_profiles(index) {
+        Ok(profiles) => profiles,
+        Err(e) if mig_off_answer(&mode, &e) => Vec::new(),
+        Err(e) => {
+            warnings.push(e.to_string());
+            Vec::new()
+        }
+    };
     let mut info = MigInfo {
         enabled: mode.current,
         pending: mode.pending,
@@ -355,12 +359,14 @@ fn mig_info(nvml: &dyn Nvml, index: u32, warnings: &mut Vec<String>) -> Option<M
         instances: Vec::new(),
     };
     for p in &profiles {
-        let placements = nvml
-            .gpu_instance_possible_placements(index, p.id)
-            .unwrap_or_else(|e| {
+        let placements = match nvml.gpu_instance_possible_placements(index, p.id) {
+            Ok(placements) => placements,
+            Err(e) if mig_off_answer(&mode, &e) => Vec::new(),
+            Err(e) => {
                 warnings.push(e.to_string());
                 Vec::new()
-            });
+            }
+        };
         let remaining = if mode.current {
             nvml.gpu_instance_remaining_capacity(index, p.id)
                 .map_err(|e| warnings.push(e.to_string()))
@@ -388,6 +394,14 @@ fn mig_info(nvml: &dyn Nvml, index: u32, warnings: &mut Vec<String>) -> Option<M
         info.instances = mig_instances(nvml, index, &profiles, warnings);
     }
     Some(info)
+}
+
+/// Whether `e` is NVML's normal answer to a MIG table query while MIG mode is off: nvml.h
+/// documents `NVML_ERROR_NOT_SUPPORTED` for `nvmlDeviceGetGpuInstanceProfileInfo` and
+/// `nvmlDeviceGetGpuInstancePossiblePlacements_v2` when the device "doesn't have MIG mode
+/// enabled". A GPU with MIG off is not degraded, so this is no warning.
+fn mig_off_answer(mode: &gpu::MigMode, e: &gpu::NvmlError) -> bool {
+    !mode.current && e.code == gpu::NvmlCode::NOT_SUPPORTED
 }
 
 fn mig_instances(

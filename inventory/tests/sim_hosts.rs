@@ -114,3 +114,38 @@ fn existing_slices_are_listed_whoever_made_them() {
         .unwrap();
     assert_eq!(q2.available_instances, Some(0));
 }
+
+#[test]
+fn mig_off_is_not_a_problem() {
+    // hgx-h200: MIG-capable H200s with MIG mode off. NVML answers the profile queries
+    // NOT_SUPPORTED while MIG is off (nvml.h, nvmlDeviceGetGpuInstanceProfileInfo); that is the
+    // GPU's state, not a fault.
+    let sim = host("hgx-h200");
+    let inv = discover(&access(&sim));
+    assert_eq!(inv.gpus.len(), 8);
+    for g in &inv.gpus {
+        let mig = g.mig.as_ref().expect("MIG-capable");
+        assert!(!mig.enabled);
+        assert!(g.warnings.is_empty(), "{}: {:?}", g.pci_address, g.warnings);
+    }
+}
+
+#[test]
+fn nvswitch_fabric_makes_every_gpu_a_peer() {
+    // HGX H200: every NVLink ends at an NVSwitch, so no link names a GPU; all GPUs registered on
+    // the same fabric are peers (NVML: nvmlDeviceGetNvLinkRemoteDeviceType = SWITCH,
+    // nvmlDeviceGetGpuFabricInfo gives the fabric).
+    let sim = host("hgx-h200");
+    let inv = discover(&access(&sim));
+    assert_eq!(inv.gpus.len(), 8);
+    for g in &inv.gpus {
+        let mut want: Vec<_> = inv
+            .gpus
+            .iter()
+            .map(|o| o.pci_address)
+            .filter(|a| *a != g.pci_address)
+            .collect();
+        want.sort();
+        assert_eq!(g.nvlink_peers, want, "{}", g.pci_address);
+    }
+}

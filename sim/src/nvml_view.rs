@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use gpu::nvml::{NvlinkFabric, fabric_peers};
 use gpu::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
     Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
@@ -63,7 +64,11 @@ mod calls {
         "nvmlDeviceGetClockInfo",
     ];
     pub const VGPU_TYPES: &[&str] = &["nvmlDeviceGetSupportedVgpus"];
-    pub const NVLINK: &[&str] = &["nvmlDeviceGetNvLinkRemotePciInfo_v2"];
+    pub const NVLINK: &[&str] = &[
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+        "nvmlDeviceGetNvLinkRemoteDeviceType",
+        "nvmlDeviceGetGpuFabricInfo",
+    ];
     pub const XID: &[&str] = &["nvmlEventSetWait_v2"];
 }
 
@@ -119,6 +124,22 @@ fn mig_on(state: &State, gpu: &Gpu<'_>) -> Result<MigFamily, NvmlCode> {
         Ok(family)
     } else {
         Err(NvmlCode::NOT_SUPPORTED)
+    }
+}
+
+/// Where a GPU's NVLinks lead: on an NVSwitch host every link of an NVLink GPU ends at a switch;
+/// a GPU with fabric info is registered on the host's one fabric (cluster UUID all zero, clique 0,
+/// as on a single HGX baseboard), one without it just has switch links.
+fn fabric_of(state: &State, addr: PciAddress) -> NvlinkFabric {
+    match state.gpu(addr) {
+        Some((_, m)) if state.profile.nvswitch && m.nvlink && m.fabric_info => {
+            NvlinkFabric::Registered {
+                cluster_uuid: [0; 16],
+                clique_id: 0,
+            }
+        }
+        Some((_, m)) if state.profile.nvswitch && m.nvlink => NvlinkFabric::HostSwitches,
+        _ => NvlinkFabric::NoSwitch,
     }
 }
 
@@ -562,15 +583,16 @@ impl Nvml for SimNvml {
         self.look(calls::NVLINK, Some(index), |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let visible = visible_gpus(st, hw);
-            let mut peers = BTreeSet::new();
-            if st.profile.nvswitch && g.model.nvlink {
-                peers.extend(
-                    visible
-                        .iter()
-                        .copied()
-                        .filter(|a| st.gpu(*a).is_some_and(|(_, m)| m.nvlink)),
-                );
-            }
+            // Switch links: the same fabric rule as the real library.
+            let others: Vec<(PciAddress, NvlinkFabric)> = visible
+                .iter()
+                .filter(|a| **a != g.addr)
+                .map(|a| (*a, fabric_of(st, *a)))
+                .collect();
+            let mut peers: BTreeSet<PciAddress> = fabric_peers(fabric_of(st, g.addr), &others)
+                .into_iter()
+                .collect();
+            // Direct GPU-to-GPU links (NVLink bridges), either side may name them.
             if let Some((spec, _)) = st.gpu(g.addr) {
                 peers.extend(
                     spec.nvlink_peers

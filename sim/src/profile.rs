@@ -154,9 +154,14 @@ pub struct GpuModel {
     /// AMD partition modes and VFs per mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amd: Option<AmdSpec>,
-    /// Has NVLink to NVSwitch (with the host's `nvswitch = true`).
+    /// Has NVLink to NVSwitch (with the host's `nvswitch = true`): every link's far end is an
+    /// NVSwitch (`nvmlDeviceGetNvLinkRemoteDeviceType` = SWITCH), none a GPU.
     #[serde(default)]
     pub nvlink: bool,
+    /// Answers `nvmlDeviceGetGpuFabricInfo` (Hopper and newer): registered with Fabric Manager on
+    /// the host's NVLink fabric. Without it (A100) the switch links join the host's one fabric.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fabric_info: bool,
     /// Board power limit, W (telemetry).
     #[serde(default = "default_power")]
     pub power_limit_w: u32,

@@ -408,3 +408,30 @@ fn xid_events_are_delivered_once_then_the_wait_times_out() {
     h.inject_xid(addr("0000:90:00.0"), 31).unwrap();
     assert_eq!(waiter.join().unwrap().unwrap().unwrap().xid, 31);
 }
+
+#[test]
+fn hgx_h200_links_end_at_nvswitches_and_the_fabric_makes_peers() {
+    // HGX H200: every NVLink ends at an NVSwitch and each GPU is registered on the baseboard's
+    // fabric (nvmlDeviceGetGpuFabricInfo), so all 8 GPUs are peers of each other.
+    let h = host("hgx-h200");
+    let nvml = h.nvml();
+    for i in 0..8 {
+        let own = nvml.device_info(i).unwrap().pci_address;
+        let peers = nvml.nvlink_peers(i).unwrap();
+        assert_eq!(peers.len(), 7, "{own}: {peers:?}");
+        assert!(!peers.contains(&own));
+    }
+    // The fabric query is one of the calls behind the answer, and fails as NVML would.
+    let gpu = nvml.device_info(3).unwrap().pci_address;
+    h.inject_fault(
+        format!("nvml:nvmlDeviceGetGpuFabricInfo@{gpu}=UNKNOWN")
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
+    let err = nvml.nvlink_peers(3).unwrap_err();
+    assert_eq!(
+        (err.call, err.code),
+        ("nvmlDeviceGetGpuFabricInfo", NvmlCode::UNKNOWN)
+    );
+}

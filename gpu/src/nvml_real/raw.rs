@@ -15,7 +15,7 @@ use std::sync::Arc;
 use nvml_wrapper::{Device, Nvml as Wrapper};
 use nvml_wrapper_sys::bindings as sys;
 
-use crate::nvml::{NvmlCode, NvmlError, NvmlResult, Placement};
+use crate::nvml::{NvlinkFabric, NvmlCode, NvmlError, NvmlResult, Placement};
 
 /// `NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)` from nvml.h: the struct size with the
 /// version number in the top byte, so NVML knows which layout the caller passed.
@@ -357,6 +357,36 @@ pub(crate) const NVLINK_REMOTE_SWITCH: u32 =
 pub(crate) const NVLINK_REMOTE_GPU: u32 =
     sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_GPU;
 
+/// `nvmlDeviceGetGpuFabricInfo` (Hopper and newer): where the GPU stands in the NVLink fabric.
+/// The unversioned call and struct: present since R530, enough for the fields read here.
+pub(crate) fn gpu_fabric_info(device: &Device<'_>) -> NvmlResult<NvlinkFabric> {
+    const CALL: &str = "nvmlDeviceGetGpuFabricInfo";
+    let f = sym(&lib(device).nvmlDeviceGetGpuFabricInfo, CALL)?;
+    // SAFETY: a plain C struct of integers and byte arrays; all-zero is a valid value.
+    let mut info: sys::nvmlGpuFabricInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: `info` is a valid out-pointer of the struct the call fills; the handle is live.
+    check(CALL, unsafe { f(handle(device), &mut info) })?;
+    Ok(fabric_of(&info))
+}
+
+/// The fabric a filled-in `nvmlGpuFabricInfo_t` names: only a completed, successful registration
+/// puts the GPU on the fabric (NVML API reference, `nvmlDeviceGetGpuFabricInfo`); a GPU whose
+/// fabric state is `NOT_SUPPORTED` cannot say, like a driver without the call.
+pub(crate) fn fabric_of(info: &sys::nvmlGpuFabricInfo_t) -> NvlinkFabric {
+    match u32::from(info.state) {
+        sys::NVML_GPU_FABRIC_STATE_NOT_SUPPORTED => NvlinkFabric::HostSwitches,
+        sys::NVML_GPU_FABRIC_STATE_COMPLETED
+            if info.status == sys::nvmlReturn_enum_NVML_SUCCESS =>
+        {
+            NvlinkFabric::Registered {
+                cluster_uuid: info.clusterUuid,
+                clique_id: info.cliqueId,
+            }
+        }
+        _ => NvlinkFabric::Unregistered,
+    }
+}
+
 /// One NVML event set registered for critical Xid errors on every GPU that accepts it.
 ///
 /// Raw rather than nvml-wrapper's `EventSet`, which borrows the `Nvml` it came from and so
@@ -472,6 +502,42 @@ impl Drop for XidEventSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fabric_info(state: u32, status: sys::nvmlReturn_t) -> sys::nvmlGpuFabricInfo_t {
+        sys::nvmlGpuFabricInfo_t {
+            clusterUuid: [3; 16],
+            status,
+            cliqueId: 5,
+            state: u8::try_from(state).unwrap(),
+        }
+    }
+
+    #[test]
+    fn only_a_completed_registration_puts_a_gpu_on_the_fabric() {
+        let ok = sys::nvmlReturn_enum_NVML_SUCCESS;
+        assert_eq!(
+            fabric_of(&fabric_info(sys::NVML_GPU_FABRIC_STATE_COMPLETED, ok)),
+            NvlinkFabric::Registered {
+                cluster_uuid: [3; 16],
+                clique_id: 5
+            }
+        );
+        let failed = sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+        for (state, status) in [
+            (sys::NVML_GPU_FABRIC_STATE_COMPLETED, failed),
+            (sys::NVML_GPU_FABRIC_STATE_IN_PROGRESS, ok),
+            (sys::NVML_GPU_FABRIC_STATE_NOT_STARTED, ok),
+        ] {
+            assert_eq!(
+                fabric_of(&fabric_info(state, status)),
+                NvlinkFabric::Unregistered
+            );
+        }
+        assert_eq!(
+            fabric_of(&fabric_info(sys::NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, ok)),
+            NvlinkFabric::HostSwitches
+        );
+    }
 
     #[test]
     fn struct_versions_match_nvml_h() {
