@@ -41,6 +41,7 @@ pub use mig::MigFamily;
 pub use nvml_view::SimNvml;
 pub use profile::{
     AmdSpec, BridgeSpec, DeviceSpec, GpuModel, GpuSpec, MdevCapacity, MdevParentSpec,
-    MdevParentTypeSpec, MdevTypeSpec, NumaNodeSpec, Profile, SriovSpec, VgpuInUseErrno, VgpuTypeSpec,
+    MdevParentTypeSpec, MdevTypeSpec, NumaNodeSpec, Profile, SriovSpec, VgpuInUseErrno,
+    VgpuTypeSpec,
 };
 pub use sysfs_view::SimSysfs;

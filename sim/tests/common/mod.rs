@@ -81,7 +81,11 @@ pub fn vfs(fs: &Arc<dyn Sysfs>, pf: &str) -> Vec<String> {
 /// Moves an NVIDIA PF from `nvidia` to `pci-pf-stub` the way `sriov-manage` does: the unbind
 /// lock, the override, the unbind (which takes the PF's VFs with it), the probe.
 pub fn pf_to_stub(fs: &Arc<dyn Sysfs>, pf: &str) {
-    write(fs, &format!("/proc/driver/nvidia/gpus/{pf}/unbindLock"), "1");
+    write(
+        fs,
+        &format!("/proc/driver/nvidia/gpus/{pf}/unbindLock"),
+        "1",
+    );
     write(fs, &dev(pf, "driver_override"), "pci-pf-stub");
     write(fs, &dev(pf, "driver/unbind"), pf);
     write(fs, "/sys/bus/pci/drivers_probe", pf);
