@@ -159,14 +159,10 @@ fn nvidia_vfio_create_destroy_and_type_checks() {
 
 #[test]
 fn nvidia_vfio_enables_vfs_and_rolls_them_back() {
-    let h = sim("hgx-h200");
+    // The vGPU host before anything enabled its VFs (nvidia refuses sriov_numvfs writes).
+    let h = sim("hgx-h200-vgpu");
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
-    write(
-        &h,
-        &format!("/sys/bus/pci/devices/{H200}/sriov_numvfs"),
-        "0",
-    );
     let kind = SliceKind::NvidiaVfio {
         vgpu_type: "1421".parse().unwrap(),
         start: None,
