@@ -267,3 +267,26 @@ fn removing_a_vgpu_a_vm_holds_is_busy_whether_the_driver_says_ebusy_or_eperm() {
     assert_eq!(removal_refused(VgpuInUseErrno::Ebusy), "busy");
     assert_eq!(removal_refused(VgpuInUseErrno::Eperm), "busy");
 }
+
+#[test]
+fn a_layout_of_mig_slices_and_mig_backed_vgpus_enables_the_vfs_before_any_instance() {
+    let h = sim("hgx-h200-vgpu");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let view = e
+        .set_layouts(vec![gpu_layout(
+            H200,
+            &[("3g.71gb", 1), ("NVIDIA H200X-1-18C", 2)],
+        )])
+        .unwrap();
+    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    assert_sriov_manage_done(&h);
+    // Every slice of the layout is still there: none was made before the VFs.
+    assert_eq!(e.slices().len(), 3);
+    assert_eq!(h.nvml().gpu_instances(0).unwrap().len(), 3);
+    let report = e.reconcile().unwrap();
+    assert!(
+        report.failed.is_empty() && report.recreated.is_empty(),
+        "{report:?}"
+    );
+}
