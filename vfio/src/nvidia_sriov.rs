@@ -7,7 +7,9 @@
 //! `sriov_numvfs`, hand the PF back to `nvidia` (pci-pf-stub leaves SR-IOV enabled when it lets
 //! go), and bind each VF to `nvidia`, which gives it its `nvidia/` vGPU files. `-d` reverses it.
 //! When the host has `sriov-manage` it runs; otherwise (a simulated host, a host without the
-//! tool) the same sequence runs here through sysfs. Either way the count is read back after.
+//! tool) the plain `sriov_numvfs` write is tried first (one field report says it works) and, on
+//! the kernel's `ENOENT`, the same sequence runs here through sysfs. Either way the count is read
+//! back after.
 //!
 //! Handing the PF back to `nvidia` destroys every MIG GPU instance on the GPU: deciding whether
 //! that is acceptable is the caller's business, before it calls.
@@ -88,11 +90,31 @@ pub fn set_nvidia_vfs(
     }
     match route {
         SriovRoute::SriovManage => run_sriov_manage(runner, pf, enable)?,
+        SriovRoute::Sysfs if write_numvfs_directly(fs, pf, enable)? => {}
         SriovRoute::Sysfs if enable => enable_through_stub(fs, pf)?,
         SriovRoute::Sysfs => disable_through_stub(fs, pf)?,
     }
     let num_vfs = fs.read_parse(&dir.join("sriov_numvfs"))?;
     Ok(NvidiaSriovOutcome { route, num_vfs })
+}
+
+/// The plain write first: one field report (cozystack issue #2608) enables NVIDIA VFs with
+/// `sriov_numvfs` directly, which works if the driver bound has `sriov_configure`. `ENOENT` is
+/// the kernel's answer when it has none (nvidia.ko as documented): then `false`, and the caller
+/// runs the pci-pf-stub sequence. VFs that appeared this way are bound to `nvidia` if unbound.
+fn write_numvfs_directly(fs: &dyn Sysfs, pf: PciAddress, enable: bool) -> Result<bool, VfioError> {
+    let dir = device_dir(pf);
+    let count = if enable {
+        fs.read_parse::<u32>(&dir.join("sriov_totalvfs"))?
+    } else {
+        0
+    };
+    match fs.write_str(&dir.join("sriov_numvfs"), &count.to_string()) {
+        Ok(()) if enable => bind_vfs_to_nvidia(fs, pf).map(|()| true),
+        Ok(()) => Ok(true),
+        Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn run_sriov_manage(

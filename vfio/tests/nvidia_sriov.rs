@@ -97,10 +97,31 @@ fn the_asked_state_already_there_runs_nothing() {
 }
 
 #[test]
-fn without_the_tool_the_sysfs_sequence_starts_with_the_override() {
+fn without_the_tool_the_plain_write_is_tried_first() {
+    let host = nvidia_host(false);
+    let probe = host.probe();
+    let runner = FakeRunner::default();
+    // A fixture takes the write (as a driver with sriov_configure would): nothing else runs.
+    let out = set_nvidia_vfs(&probe, &runner, addr("0000:41:00.0"), true).unwrap();
+    assert_eq!(out.route, SriovRoute::Sysfs);
+    assert_eq!(
+        probe.writes(),
+        vec![(
+            "/sys/bus/pci/devices/0000:41:00.0/sriov_numvfs".to_owned(),
+            "16".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn on_enoent_the_sysfs_sequence_starts_with_the_override() {
     let host = nvidia_host(false);
     let probe = host.probe();
     assert!(!has_sriov_manage(&probe));
+    probe.fail_write(
+        "/sys/bus/pci/devices/0000:41:00.0/sriov_numvfs",
+        libc::ENOENT,
+    );
     let runner = FakeRunner::default();
     // A fixture does not react to binding: the PF never reaches pci-pf-stub, and that is
     // reported after the steps were written, with the PF handed back.
@@ -109,7 +130,7 @@ fn without_the_tool_the_sysfs_sequence_starts_with_the_override() {
     assert!(runner.ran.lock().unwrap().is_empty());
     let writes = probe.writes();
     assert_eq!(
-        writes[0],
+        writes[1],
         (
             "/sys/bus/pci/devices/0000:41:00.0/driver_override".to_owned(),
             "pci-pf-stub".to_owned()
