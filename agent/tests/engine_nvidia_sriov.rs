@@ -99,7 +99,7 @@ fn a_layout_on_the_vgpu_host_goes_sriov_manage_then_types_then_slices() {
     // The first type write waits a while: the state between the VF step and the types shows.
     fault(
         &h,
-        "write:/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type=hang:4000,times=1",
+        "write:/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type=hang:5000,times=1",
     );
     let status = std::thread::scope(|scope| {
         let apply = scope.spawn(|| {
@@ -107,7 +107,7 @@ fn a_layout_on_the_vgpu_host_goes_sriov_manage_then_types_then_slices() {
                 .unwrap()
         });
         // Step 1 done, step 2 not yet: VFs on nvidia, no type, no slice.
-        let deadline = std::time::Instant::now() + Duration::from_secs(4);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !(numvfs(&h) == 32
             && vf_list(&h)
                 .iter()
