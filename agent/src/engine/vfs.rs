@@ -187,6 +187,12 @@ pub(crate) fn ensure_index(
         }
         set_count(host, gpu, 0)?;
     }
+    let lost = instances_lost_by_enable(host, gpu)?;
+    if !lost.is_empty() {
+        // The reconciler restores VFs before MIG instances, so after a reboot there are none;
+        // otherwise the loss is at least said (its own MIG slices are re-created after this).
+        tracing::warn!(%gpu, instances = lost.len(), "re-enabling NVIDIA VFs destroys every MIG GPU instance on the GPU");
+    }
     enable(host, gpu, index + 1)?;
     Ok(true)
 }
