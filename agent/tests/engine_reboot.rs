@@ -89,7 +89,8 @@ fn vfs_beyond_the_boot_count_are_re_enabled() {
     let tmp = tempfile::tempdir().unwrap();
     let host_dir = tmp.path().join("host");
     let state = tmp.path().join("state");
-    let h = SimHost::create(&host_dir, Profile::builtin("hgx-h200").unwrap()).unwrap();
+    // No boot service enables VFs on this host (nvidia refuses sriov_numvfs writes).
+    let h = SimHost::create(&host_dir, Profile::builtin("hgx-h200-vgpu").unwrap()).unwrap();
     let gpu = "0000:18:00.0";
     let kind = SliceKind::NvidiaVfio {
         vgpu_type: "1421".parse().unwrap(),
@@ -103,7 +104,6 @@ fn vfs_beyond_the_boot_count_are_re_enabled() {
     };
     h.reboot().unwrap();
     // The boot service did not enable VFs this time.
-    write(&h, &format!("/sys/bus/pci/devices/{gpu}/sriov_numvfs"), "0");
     let e = engine(&h, &state);
     let report = e.reconcile().unwrap();
     assert_eq!(report.recreated.len(), 2, "{report:?}");

@@ -377,6 +377,7 @@ impl Capturer<'_> {
             vf_device,
             vf_driver,
             boot_vfs: 0,
+            vgpu_in_use: Default::default(),
         })
     }
 

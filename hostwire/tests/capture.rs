@@ -324,7 +324,15 @@ fn every_builtin_simulated_host_and_the_rig_guest_captured_are_the_same_host() {
         let copy_fs = copy_host.sysfs();
         for g in &original.gpus {
             if let Some(s) = g.sriov.as_ref().filter(|s| s.enabled_vfs > 0) {
-                vfio::set_num_vfs(copy_fs.as_ref(), g.pci_address, s.enabled_vfs).unwrap();
+                let fs = copy_fs.as_ref();
+                let dev = vfio::read_device(fs, g.pci_address).unwrap();
+                if dev.vendor == ids::PciVendorId::NVIDIA {
+                    // nvidia has no sriov_configure: NVIDIA's own sequence enables them all.
+                    let runner = vfio::SystemRunner::default();
+                    vfio::set_nvidia_vfs(fs, &runner, g.pci_address, true).unwrap();
+                } else {
+                    vfio::set_num_vfs(fs, g.pci_address, s.enabled_vfs).unwrap();
+                }
             }
         }
         let copy = discover(&sim_access(&copy_host));

@@ -5,15 +5,20 @@
 //!
 //! Where the simulator departs from Linux it is on purpose and noted: writing an attribute
 //! without a store method fails with `EACCES` (kernfs refuses the open); removing a device a VM
-//! holds open fails with `EBUSY` (the kernel would block until the VM lets go).
+//! holds open fails with `EBUSY` (the kernel would block until the VM lets go), and so does
+//! unbinding `nvidia` from a GPU that processes hold (`nv_pci_remove` waits for them).
+//!
+//! The NVIDIA rules (SR-IOV only through `pci-pf-stub`, `unbindLock`, GPU instances lost on a
+//! PF rebind, `EIO` for a vGPU type that cannot be created) and their sources are collected in
+//! `docs/sysfs.md`, "NVIDIA SR-IOV".
 
 use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
-use libc::{EBUSY, EEXIST, EINVAL, ENODEV, ENOENT, ERANGE};
+use libc::{EBUSY, EEXIST, EINVAL, EIO, ENODEV, ENOENT, EPERM, ERANGE};
 
 use crate::mdev;
 use crate::mig::MigFamily;
-use crate::profile::{GpuModel, VgpuTypeSpec, vf_address};
-use crate::state::{Hw, MdevState, PciState, State, VFIO_PCI, VfState};
+use crate::profile::{GpuModel, VgpuInUseErrno, VgpuTypeSpec, vf_address};
+use crate::state::{Hw, MdevState, NVIDIA, PCI_PF_STUB, PciState, State, VFIO_PCI, VfState};
 
 /// An errno.
 pub(crate) type Errno = i32;
@@ -69,7 +74,37 @@ pub(crate) fn write_unbind(
         return Err(ENODEV);
     }
     check_release(state, addr)?;
+    check_nvidia_clients(state, addr, driver)?;
     detach(state, hw, addr);
+    Ok(())
+}
+
+/// `nv_pci_remove` (open-gpu-kernel-modules, kernel-open/nvidia/nv-pci.c) does not fail while
+/// clients hold the GPU: it logs "Attempting to remove device ... with non-zero usage count!"
+/// and waits until they close it. The simulator refuses with `EBUSY` instead of blocking.
+/// Taking `unbindLock` first (what `sriov-manage` and XenServer do, xen-api PR #1557: "the
+/// NVIDIA driver must have no clients when a device is unbound") only succeeds without clients.
+fn check_nvidia_clients(state: &State, addr: PciAddress, driver: &str) -> Result<(), Errno> {
+    let held = driver == NVIDIA && state.gpus.get(&addr).is_some_and(|g| g.clients);
+    if held { Err(EBUSY) } else { Ok(()) }
+}
+
+/// `/proc/driver/nvidia/gpus/<bdf>/unbindLock`: `1` asks for the lock, `0` gives it back. The
+/// driver grants it only while no client holds the GPU; the write succeeds either way and the
+/// file reads back whether the lock is held, which is how `sriov-manage` checks it (it reads the
+/// file after writing and gives up unless it says 1).
+pub(crate) fn write_unbind_lock(
+    state: &mut State,
+    gpu: PciAddress,
+    data: &[u8],
+) -> Result<(), Errno> {
+    let want = match text(data)?.trim() {
+        "1" => true,
+        "0" => false,
+        _ => return Err(EINVAL),
+    };
+    let g = state.gpus.get_mut(&gpu).ok_or(ENODEV)?;
+    g.unbind_lock = want && !g.clients;
     Ok(())
 }
 
@@ -127,6 +162,9 @@ fn attach(state: &mut State, hw: &Hw, addr: PciAddress, driver: &str) -> Result<
     if !state.drivers(hw).contains(driver) {
         return Err(ENODEV);
     }
+    if driver == NVIDIA && !nvidia_vf_probe_ok(state, addr) {
+        return Err(ENODEV);
+    }
     let p = state.pci.get_mut(&addr).ok_or(ENODEV)?;
     p.driver = Some(driver.to_owned());
     Ok(())
@@ -153,6 +191,33 @@ fn detach(state: &mut State, hw: &Hw, addr: PciAddress) {
         let parent = MdevParentName::from(addr);
         state.mdevs.retain(|_, m| m.parent != parent);
         remove_vfs(state, addr);
+        forget_gpu_instances(state, addr);
+    }
+    // Any other PF driver (pci-pf-stub) leaves SR-IOV as it is: the PCI core only warns,
+    // "driver left SR-IOV enabled after remove" (drivers/pci/iov.c, `pci_iov_remove`), which is
+    // what lets `sriov-manage` enable VFs under pci-pf-stub and hand the PF back to nvidia.
+}
+
+/// The NVIDIA driver lets go of a GPU: its MIG GPU and compute instances do not survive, and
+/// the unbind lock goes with the driver's `/proc` entry. MIG mode itself is a GPU setting and
+/// stays. (Field report in bigstack-oss/cubecos's GPU configuration code: `sriov-manage -e`
+/// "goes through the driver's unbindLock and rebinds the GPU, which wipes every GPU instance on
+/// the card - MIG mode itself is persistent state and survives"; so VFs come before GIs.)
+fn forget_gpu_instances(state: &mut State, addr: PciAddress) {
+    if let Some(g) = state.gpus.get_mut(&addr) {
+        g.gis.clear();
+        g.unbind_lock = false;
+    }
+}
+
+/// Whether `nvidia` can take a function: a PF always; a VF only while its PF is on `nvidia`.
+/// `sriov-manage` binds the VFs to nvidia only after it has handed the PF back to nvidia
+/// (gpu-operator issue #2594 describes the VFs' `nvidia/` files appearing after
+/// `sriov-manage -e`); VFs that appear while the PF sits on pci-pf-stub stay unbound.
+fn nvidia_vf_probe_ok(state: &State, addr: PciAddress) -> bool {
+    match state.pci.get(&addr).and_then(|p| p.vf.as_ref()) {
+        None => true,
+        Some(vf) => state.pci.get(&vf.pf).and_then(|p| p.driver.as_deref()) == Some(NVIDIA),
     }
 }
 
@@ -169,8 +234,10 @@ fn check_release(state: &State, addr: PciAddress) -> Result<(), Errno> {
     }
 }
 
-/// `<pf>/sriov_numvfs`: kstrtou16, ERANGE above the total, EBUSY from non-zero to another
-/// non-zero, ENOENT without a PF driver that can configure SR-IOV.
+/// `<pf>/sriov_numvfs`, as `sriov_numvfs_store` in drivers/pci/iov.c: kstrtou16, ERANGE above
+/// the total, the same count is a no-op, ENOENT without a bound PF driver or with one that has
+/// no `sriov_configure` ("driver does not support SR-IOV configuration via sysfs": nvidia.ko is
+/// such a driver), EBUSY from non-zero to another non-zero.
 pub(crate) fn write_sriov_numvfs(
     state: &mut State,
     hw: &Hw,
@@ -220,9 +287,17 @@ pub(crate) fn set_num_vfs(
     enable_vfs(state, hw, pf, partial.map_or(n, |p| p.min(n)))
 }
 
+/// Whether the PF's driver has a `sriov_configure` callback. pci-pf-stub has one
+/// (`pci_sriov_configure_simple`, drivers/pci/pci-pf-stub.c); nvidia.ko has none, so NVIDIA
+/// VFs are only enabled through pci-pf-stub (`sriov-manage`; kubevirt issue #17642,
+/// gpu-operator issue #2594); vfio-pci only with enable_sriov=1, which the simulated host does
+/// not set. Every other default driver of a profile (igb, amdgpu, ...) has one.
 fn sriov_driver_bound(state: &State, hw: &Hw, pf: PciAddress) -> bool {
-    // vfio-pci only configures SR-IOV with enable_sriov=1, which the simulated host does not set.
-    state.bound_to_default(hw, pf)
+    match state.pci.get(&pf).and_then(|p| p.driver.as_deref()) {
+        Some(PCI_PF_STUB) => true,
+        Some(NVIDIA) => false,
+        _ => state.bound_to_default(hw, pf),
+    }
 }
 
 /// VFs an AMD GPU's current compute partition mode supports.
@@ -257,8 +332,12 @@ pub(crate) fn enable_vfs(state: &mut State, hw: &Hw, pf: PciAddress, n: u32) -> 
             },
         );
         let drivers = state.drivers(hw);
+        let probe_ok = nvidia_vf_probe_ok(state, addr);
         if let Some(p) = state.pci.get_mut(&addr) {
-            p.driver = sriov.vf_driver.clone().filter(|d| drivers.contains(d));
+            p.driver = sriov
+                .vf_driver
+                .clone()
+                .filter(|d| drivers.contains(d) && (d != NVIDIA || probe_ok));
         }
     }
     Ok(())
@@ -406,8 +485,17 @@ fn free_gi_for(
     gis.first().copied()
 }
 
-/// `<vf>/nvidia/current_vgpu_type`: an id creates (EINVAL if not creatable, EBUSY if the VF has
-/// a type); 0 destroys (EBUSY while a VM has it open).
+/// `<vf>/nvidia/current_vgpu_type`: an id creates (EBUSY if the VF has a type, EIO if the type
+/// cannot be created now); 0 destroys (EBUSY or EPERM, per profile, while a VM has it open).
+///
+/// EIO, not EINVAL, is what recent vGPU host drivers answer for a type that cannot be created:
+/// the driver logs "NVRM: Failed to add vgpu create request: 0x<status>" (the message of
+/// `nv_vgpu_create_request`'s caller in NVIDIA's open kernel modules) and the write fails with
+/// EIO (field report in bigstack-oss/cubecos's GPU configuration code: EIO with status 0x38 for a
+/// MIG-backed type whose GPU instance was gone; the same message with an "I/O error" for a
+/// time-sliced size that no longer fits on an R535 mdev host). The refusal of `0` while a VM
+/// holds the VF reads `EBUSY` in some field reports and `EPERM` in others: `vgpu_in_use` in the
+/// profile picks.
 pub(crate) fn write_current_vgpu_type(
     state: &mut State,
     vf: PciAddress,
@@ -419,7 +507,7 @@ pub(crate) fn write_current_vgpu_type(
     let current = p.vf.as_ref().and_then(|v| v.vgpu_type);
     if id == 0 {
         if current.is_some() && p.open {
-            return Err(EBUSY);
+            return Err(in_use_errno(state, pf));
         }
         set_vf_type(state, vf, None, None);
         return Ok(());
@@ -432,13 +520,20 @@ pub(crate) fn write_current_vgpu_type(
     let t = creatable_vgpu_types(state, &model, pf)
         .into_iter()
         .find(|t| t.id == id)
-        .ok_or(EINVAL)?;
+        .ok_or(EIO)?;
     let gi = match t.mig_profile {
-        Some(_) => Some(free_gi_for(state, model.mig, pf, t).ok_or(EINVAL)?),
+        Some(_) => Some(free_gi_for(state, model.mig, pf, t).ok_or(EIO)?),
         None => None,
     };
     set_vf_type(state, vf, Some(id), gi);
     Ok(())
+}
+
+fn in_use_errno(state: &State, pf: PciAddress) -> Errno {
+    match state.profile.sriov_of(pf).map(|s| s.vgpu_in_use) {
+        Some(VgpuInUseErrno::Eperm) => EPERM,
+        _ => EBUSY,
+    }
 }
 
 fn set_vf_type(state: &mut State, vf: PciAddress, id: Option<u32>, gi: Option<u32>) {

@@ -31,6 +31,7 @@ mod sysfs_view;
 mod telemetry;
 mod tree;
 mod util;
+mod vgpu_host;
 
 pub use amd_view::SimAmd;
 pub use error::SimError;
@@ -40,6 +41,7 @@ pub use mig::MigFamily;
 pub use nvml_view::SimNvml;
 pub use profile::{
     AmdSpec, BridgeSpec, DeviceSpec, GpuModel, GpuSpec, MdevCapacity, MdevParentSpec,
-    MdevParentTypeSpec, MdevTypeSpec, NumaNodeSpec, Profile, SriovSpec, VgpuTypeSpec,
+    MdevParentTypeSpec, MdevTypeSpec, NumaNodeSpec, Profile, SriovSpec, VgpuInUseErrno,
+    VgpuTypeSpec,
 };
 pub use sysfs_view::SimSysfs;

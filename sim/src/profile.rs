@@ -214,6 +214,27 @@ pub struct SriovSpec {
     /// VFs a boot-time service enables (NVIDIA's `sriov-manage -e ALL`); 0 for none.
     #[serde(default)]
     pub boot_vfs: u32,
+    /// What writing `0` to a VF's `nvidia/current_vgpu_type` answers while a VM holds the VF
+    /// (field reports differ by driver release: `EBUSY` on some, `EPERM` on others).
+    #[serde(default, skip_serializing_if = "VgpuInUseErrno::is_default")]
+    pub vgpu_in_use: VgpuInUseErrno,
+}
+
+/// The errno of a vGPU removal refused because a VM holds the VF.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum VgpuInUseErrno {
+    /// `EBUSY` (the default).
+    #[default]
+    Ebusy,
+    /// `EPERM`.
+    Eperm,
+}
+
+impl VgpuInUseErrno {
+    fn is_default(&self) -> bool {
+        *self == VgpuInUseErrno::default()
+    }
 }
 
 /// An NVIDIA vendor-specific VFIO vGPU type.
@@ -425,11 +446,20 @@ const BUILTIN: &[(&str, &str)] = &[
     ("vdi-mixed", include_str!("../profiles/vdi-mixed.toml")),
     ("single-gpu", include_str!("../profiles/single-gpu.toml")),
 ];
-const BUILTIN_NAMES: &[&str] = &["dgx-a100", "hgx-h200", "vdi-mixed", "single-gpu"];
+const BUILTIN_NAMES: &[&str] = &[
+    "dgx-a100",
+    "hgx-h200",
+    "vdi-mixed",
+    "single-gpu",
+    crate::vgpu_host::NAME,
+];
 
 impl Profile {
     /// A built-in profile by name.
     pub fn builtin(name: &str) -> Result<Profile, SimError> {
+        if name == crate::vgpu_host::NAME {
+            return Profile::builtin(crate::vgpu_host::BASE).map(crate::vgpu_host::derive);
+        }
         let (_, text) =
             BUILTIN
                 .iter()
@@ -889,6 +919,7 @@ mod tests {
             vf_device: None,
             vf_driver: None,
             boot_vfs: 0,
+            vgpu_in_use: VgpuInUseErrno::Ebusy,
         };
         let pf: PciAddress = "0000:41:00.0".parse().unwrap();
         assert_eq!(vf_address(pf, &s, 0).unwrap().to_string(), "0000:41:00.4");

@@ -67,6 +67,11 @@ pub(crate) struct GpuState {
     /// pending until the next reset. They end at a reboot.
     #[serde(default)]
     pub clients: bool,
+    /// `/proc/driver/nvidia/gpus/<bdf>/unbindLock` is held: the NVIDIA driver lets no new
+    /// client open the GPU, so its PF can be unbound without waiting. Dropped when the driver
+    /// lets go of the GPU.
+    #[serde(default)]
+    pub unbind_lock: bool,
     pub gis: Vec<GiState>,
     pub compute_partition: Option<String>,
     pub memory_partition: Option<String>,
@@ -379,6 +384,7 @@ impl State {
                     mig_current: g.mig_enabled,
                     mig_pending: g.mig_enabled,
                     clients: false,
+                    unbind_lock: false,
                     gis: Vec::new(),
                     compute_partition: amd.map(|a| a.compute.clone()),
                     memory_partition: amd.map(|a| a.memory.clone()),
@@ -419,6 +425,7 @@ impl State {
             gpu.mig_current = gpu.mig_pending;
             gpu.gis.clear();
             gpu.clients = false;
+            gpu.unbind_lock = false;
         }
         self.run_boot_services(hw);
     }
@@ -497,7 +504,26 @@ impl State {
             set.extend(s.vf_driver.clone());
         }
         set.insert(VFIO_PCI.to_owned());
+        if self.nvidia_vgpu_host() {
+            // `sriov-manage` moves the PF to pci-pf-stub to enable VFs (docs/sysfs.md), so a
+            // vGPU host has it registered; other hosts are left as they were.
+            set.insert(PCI_PF_STUB.to_owned());
+        }
         set
+    }
+
+    /// Whether a GPU of the profile has VFs for NVIDIA's vendor-specific VFIO vGPU (its VFs
+    /// bind to `nvidia`): the host has NVIDIA's vGPU host driver and `sriov-manage`.
+    pub(crate) fn nvidia_vgpu_host(&self) -> bool {
+        self.profile
+            .gpus
+            .iter()
+            .filter_map(|g| self.profile.model_of(g))
+            .any(|m| {
+                m.sriov
+                    .as_ref()
+                    .is_some_and(|s| s.vf_driver.as_deref() == Some(NVIDIA))
+            })
     }
 
     /// IOMMU groups in use (hardware, VFs, mdevs).
@@ -608,6 +634,11 @@ impl State {
 
 /// The generic VFIO PCI driver.
 pub(crate) const VFIO_PCI: &str = "vfio-pci";
+/// NVIDIA's kernel driver (`nvidia.ko`), for PFs and, on vGPU hosts, their VFs.
+pub(crate) const NVIDIA: &str = "nvidia";
+/// The kernel's stub PF driver (drivers/pci/pci-pf-stub.c): binds nothing by id on an NVIDIA
+/// GPU, only through `driver_override`, and has `sriov_configure` (`pci_sriov_configure_simple`).
+pub(crate) const PCI_PF_STUB: &str = "pci-pf-stub";
 
 impl PciState {
     fn hardware(dev: &HwDev) -> Self {

@@ -246,5 +246,6 @@ fn apply(
         Store::MdevRemove(uuid) => kernel::write_mdev_remove(st, *uuid, data),
         Store::VgpuType(vf) => kernel::write_current_vgpu_type(st, *vf, data),
         Store::Partition(gpu, axis) => kernel::write_partition(st, *gpu, *axis, data),
+        Store::UnbindLock(gpu) => kernel::write_unbind_lock(st, *gpu, data),
     }
 }

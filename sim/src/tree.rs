@@ -10,7 +10,7 @@ use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
 
 use crate::kernel::{self, PartitionAxis};
 use crate::mdev;
-use crate::state::{Hw, HwDev, State};
+use crate::state::{Hw, HwDev, NVIDIA, State};
 use crate::util::{format_cpulist, relative_link};
 
 /// What a write to an attribute does.
@@ -25,6 +25,8 @@ pub(crate) enum Store {
     MdevRemove(MdevUuid),
     VgpuType(PciAddress),
     Partition(PciAddress, PartitionAxis),
+    /// `/proc/driver/nvidia/gpus/<bdf>/unbindLock`.
+    UnbindLock(PciAddress),
 }
 
 /// One node of the tree.
@@ -357,6 +359,7 @@ fn render_pf_extras(
     let Some((_, model)) = state.gpu(addr) else {
         return;
     };
+    render_nvidia_proc(t, state, addr);
     if let (Some(amd), Some(g)) = (&model.amd, state.gpus.get(&addr))
         && state.bound_to_default(hw, addr)
     {
@@ -381,6 +384,21 @@ fn render_pf_extras(
             format!("{}\n", amd.memory_modes.join(", ")),
         );
     }
+}
+
+/// `/proc/driver/nvidia/gpus/<bdf>/`: the NVIDIA driver's entry for each GPU it has bound;
+/// `unbindLock` reads `1` while the lock is held. (The real entry also has `information`,
+/// `registry` and `power`, which vgpud does not read.)
+fn render_nvidia_proc(t: &mut Tree, state: &State, addr: PciAddress) {
+    let bound = state.pci.get(&addr).and_then(|p| p.driver.as_deref()) == Some(NVIDIA);
+    let Some(g) = state.gpus.get(&addr).filter(|_| bound) else {
+        return;
+    };
+    t.rw(
+        &format!("/proc/driver/nvidia/gpus/{addr}/unbindLock"),
+        format!("{}\n", u8::from(g.unbind_lock)),
+        Store::UnbindLock(addr),
+    );
 }
 
 /// `<vf>/nvidia/`: present while the VF is bound to the NVIDIA driver of a vGPU-capable GPU.

@@ -19,6 +19,7 @@ const PF: &str = "0000:18:00.0";
 fn an_errno_fault_fails_the_write_and_changes_nothing() {
     let h = host("hgx-h200");
     let fs = h.sysfs();
+    pf_on_stub_with_vfs(&fs, PF, 32);
     h.inject_fault(fault(&format!(
         "write:/sys/bus/pci/devices/{PF}/sriov_numvfs=EIO,times=1"
     )))
@@ -93,6 +94,7 @@ fn read_faults_hit_reads_and_listings() {
 fn a_hang_delays_then_lets_the_write_happen() {
     let h = host("hgx-h200");
     let fs = h.sysfs();
+    pf_on_stub_with_vfs(&fs, PF, 32);
     h.inject_fault(fault(&format!(
         "write:/sys/bus/pci/devices/{PF}/sriov_numvfs=hang:150,times=1"
     )))
@@ -101,6 +103,7 @@ fn a_hang_delays_then_lets_the_write_happen() {
     write(&fs, &dev(PF, "sriov_numvfs"), "0");
     assert!(start.elapsed() >= Duration::from_millis(150));
     assert!(vfs(&fs, PF).is_empty());
+    pf_to_nvidia(&fs, PF);
     // Other handles are not blocked while one access hangs.
     h.inject_fault(fault("nvml:nvmlDeviceGetUtilizationRates=hang:300,times=1"))
         .unwrap();
@@ -117,6 +120,7 @@ fn a_hang_delays_then_lets_the_write_happen() {
 fn partial_vfs_report_success_with_fewer_vfs() {
     let h = host("hgx-h200");
     let fs = h.sysfs();
+    pf_on_stub_with_vfs(&fs, PF, 32);
     write(&fs, &dev(PF, "sriov_numvfs"), "0");
     h.inject_fault(fault(&format!(
         "write:/sys/bus/pci/devices/{PF}/sriov_numvfs=partial:2"

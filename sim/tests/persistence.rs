@@ -131,7 +131,9 @@ fn reboot_clears_runtime_devices_and_keeps_hardware() {
     let fs = h.sysfs();
     let pf = "0000:18:00.0";
     assert_eq!(read(&fs, &dev(pf, "sriov_numvfs")), "0");
+    pf_to_stub(&fs, pf);
     write(&fs, &dev(pf, "sriov_numvfs"), "4");
+    pf_to_nvidia(&fs, pf);
     let vf = vfs(&fs, pf)[0].clone();
     write(&fs, &dev(&vf, "nvidia/current_vgpu_type"), "1422");
     // MIG on another GPU, with an instance in use.

@@ -51,6 +51,7 @@ fn boot_service_enabled_all_vfs_with_their_own_groups() {
 fn numvfs_rules() {
     let h = host("hgx-h200");
     let fs = h.sysfs();
+    pf_on_stub_with_vfs(&fs, PF, 32);
     let numvfs = dev(PF, "sriov_numvfs");
     assert_eq!(
         write_err(&fs, &numvfs, "4"),
@@ -97,6 +98,7 @@ fn numvfs_needs_the_pf_driver() {
         link_name(&fs, &dev(PF, "driver")).as_deref(),
         Some("nvidia")
     );
+    pf_to_stub(&fs, PF);
     write(&fs, &dev(PF, "sriov_numvfs"), "2");
     assert_eq!(vfs(&fs, PF).len(), 2);
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::*;
 use gpu::{NvmlCode, Placement};
-use libc::{EBUSY, EINVAL};
+use libc::{EBUSY, EINVAL, EIO};
 
 const PF: &str = "0000:18:00.0";
 
@@ -60,7 +60,8 @@ fn time_sliced_vgpus_share_the_framebuffer_and_one_size() {
     );
     assert_eq!(
         write_err(&fs, &dev(&vfs[1], "nvidia/current_vgpu_type"), "1420"),
-        EINVAL
+        EIO,
+        "a type that cannot be created now fails with EIO (issue 13, fact 2)"
     );
     assert_eq!(
         write_err(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1421"),
@@ -90,7 +91,8 @@ fn time_sliced_vgpus_share_the_framebuffer_and_one_size() {
     );
     assert_eq!(
         write_err(&fs, &dev(&vfs[4], "nvidia/current_vgpu_type"), "1421"),
-        EINVAL
+        EIO,
+        "an exhausted type fails with EIO (issue 13, fact 2)"
     );
 
     h.set_vfio_open(addr(&vfs[0]), true).unwrap();

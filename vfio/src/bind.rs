@@ -12,7 +12,7 @@ use sysfs::{Sysfs, SysfsExt};
 
 use crate::{VFIO_PCI, VfioError, device_dir};
 
-const DRIVERS_PROBE: &str = "/sys/bus/pci/drivers_probe";
+pub(crate) const DRIVERS_PROBE: &str = "/sys/bus/pci/drivers_probe";
 /// Longer than any kernel driver name; only here to bound what becomes a path component.
 const MAX_DRIVER_NAME: usize = 64;
 
@@ -95,7 +95,7 @@ fn existing_device(fs: &dyn Sysfs, addr: PciAddress) -> Result<PathBuf, VfioErro
 }
 
 /// `/sys/bus/pci/drivers/<name>/bind`, for a name made only of `[A-Za-z0-9_-]`.
-fn driver_bind_path(name: &str) -> Result<PathBuf, VfioError> {
+pub(crate) fn driver_bind_path(name: &str) -> Result<PathBuf, VfioError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_DRIVER_NAME
         && name

@@ -12,13 +12,19 @@
 
 mod amd;
 mod bind;
+mod command;
 mod device;
 mod iommu;
 mod nvidia;
+mod nvidia_sriov;
 mod sriov;
 
 pub use amd::{AmdPartitionSysfs, amd_partition};
 pub use bind::{Binding, bind_to_vfio, release_from_vfio};
+pub use command::{
+    CommandOutput, CommandRunner, DEFAULT_COMMAND_TIMEOUT, HostCommand, SRIOV_MANAGE,
+    SriovManageAction, SystemRunner,
+};
 pub use device::{
     NumaSource, PciDevice, PcieLink, bound_driver, device_class, device_exists,
     is_virtual_function, list_devices, read_device,
@@ -26,6 +32,9 @@ pub use device::{
 pub use iommu::{GroupViability, IommuGroup, group_viability, iommu_group, vfio_node_present};
 pub use nvidia::{
     VgpuTypeEntry, creatable_vgpu_types, current_vgpu_type, has_vendor_vgpu, set_current_vgpu_type,
+};
+pub use nvidia_sriov::{
+    NVIDIA_DRIVER, NvidiaSriovOutcome, PCI_PF_STUB, SriovRoute, has_sriov_manage, set_nvidia_vfs,
 };
 pub use sriov::{SriovInfo, set_num_vfs};
 
@@ -97,6 +106,54 @@ pub enum VfioError {
         address: PciAddress,
         /// The driver holding it.
         driver: String,
+    },
+    /// After a binding step the device is not on the driver the step binds.
+    #[error(
+        "PCI device {address} is bound to {} after binding {expected}",
+        bound.as_deref().unwrap_or("no driver")
+    )]
+    NotBoundTo {
+        /// The device.
+        address: PciAddress,
+        /// The driver the step binds.
+        expected: String,
+        /// The driver it is bound to now, if any.
+        bound: Option<String>,
+    },
+    /// The NVIDIA driver did not grant `/proc/driver/nvidia/gpus/<bdf>/unbindLock`: processes
+    /// hold the GPU, and unbinding it now would wait for them.
+    #[error("the NVIDIA driver refused the unbind lock of GPU {0}: processes hold the GPU")]
+    UnbindLockRefused(PciAddress),
+    /// A host command could not be started.
+    #[error("cannot run {command}")]
+    CommandStart {
+        /// The command.
+        command: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A host command did not end in time and was killed.
+    #[error("{command} did not end within {} s and was killed", after.as_secs())]
+    CommandTimeout {
+        /// The command.
+        command: String,
+        /// Its time limit.
+        after: std::time::Duration,
+    },
+    /// A host command ended with a failure status.
+    #[error(
+        "{command} failed ({}){}",
+        status.map_or_else(|| "killed by a signal".to_owned(), |s| format!("exit status {s}")),
+        if stderr.is_empty() { String::new() } else { format!(": {stderr}") }
+    )]
+    CommandFailed {
+        /// The command.
+        command: String,
+        /// Its exit status.
+        status: Option<i32>,
+        /// What it printed on standard error.
+        stderr: String,
     },
     /// A read or write failed; the path names the device and attribute.
     #[error(transparent)]

@@ -61,6 +61,29 @@ fn read_virtfns(r: &mut Reader<'_>) -> Vec<PciAddress> {
         .collect()
 }
 
+/// The PF's VFs from its `virtfn<i>` links, ordered by `i`.
+pub(crate) fn virtfns(fs: &dyn Sysfs, pf: PciAddress) -> Result<Vec<PciAddress>, VfioError> {
+    let dir = device_dir(pf);
+    let (names, _not_utf8) = fs.list_names(&dir)?;
+    let mut indexed: Vec<(u32, String)> = names
+        .into_iter()
+        .filter_map(|n| Some((n.strip_prefix("virtfn")?.parse().ok()?, n)))
+        .collect();
+    indexed.sort();
+    let mut out = Vec::new();
+    for (_, name) in indexed {
+        let target = fs.link_name(&dir.join(&name))?;
+        let addr = target
+            .parse::<PciAddress>()
+            .map_err(|e| VfioError::BadDeviceName {
+                path: dir.join(&name),
+                reason: e.to_string(),
+            })?;
+        out.push(addr);
+    }
+    Ok(out)
+}
+
 /// Writes `count` to the physical function's `sriov_numvfs` and returns what the kernel reports
 /// afterwards: it may enable fewer VFs than asked and still succeed. A refusal keeps the kernel's
 /// errno (`EBUSY` when changing one non-zero count to another, `ERANGE` above the total).

@@ -25,9 +25,12 @@ use super::model::{SliceKind, SliceSpec};
 use super::resolve::{check_type, gpus, layout_kind_on};
 use super::state::OwnedSlice;
 
-/// Larger MIG instances first: placing small ones first can make a large one impossible.
+/// Vendor-VFIO vGPUs first: on NVIDIA the first one enables the GPU's VFs, which destroys every
+/// MIG GPU instance on it (docs/sysfs.md, "NVIDIA SR-IOV"), so MIG slices come after. Then larger
+/// MIG instances first: placing small ones first can make a large one impossible.
 fn creation_order(kind: &SliceKind) -> i32 {
     match kind {
+        SliceKind::NvidiaVfio { .. } => i32::MIN,
         SliceKind::Mig { profile, .. } => -i32::from(profile.compute_slices()),
         _ => 0,
     }

@@ -122,7 +122,7 @@ impl Engine {
             p.intent = Some(self.write(|d| d.open_intent(open))?);
             // Set before the call: a failed enable may still have left VFs behind.
             p.enabled_vfs = true;
-            vfs::enable(host, spec.pci()?, 1)?;
+            self.enable_vfs(spec.pci()?, 1)?;
         }
         let reserved = self.read(|d| d.reserved(&spec.gpu));
         let identity = match preset {

@@ -1,13 +1,19 @@
 //! Enabling and disabling a GPU's SR-IOV VFs for the VF-based backends.
 //!
-//! On AMD GPUs AMD SMI sets the count when it answers (it knows the partition mode's limit);
-//! otherwise `sriov_numvfs` is written. Either way the count is read back: the kernel may enable
-//! fewer VFs than asked and still report success.
+//! On AMD GPUs AMD SMI sets the count when it answers (it knows the partition mode's limit).
+//! On NVIDIA GPUs `nvidia.ko` cannot configure SR-IOV through `sriov_numvfs`: the VFs go on and
+//! off all together through NVIDIA's sequence (`sriov-manage`, or the same steps through sysfs;
+//! [`vfio::set_nvidia_vfs`]), which rebinds the PF and so destroys every MIG GPU instance on the
+//! GPU; [`Engine::enable_vfs`] makes that loss one explicit, checked step. Otherwise
+//! `sriov_numvfs` is written. Either way the count is read back: the kernel may enable fewer VFs
+//! than asked and still report success.
 
 use ids::{PciAddress, PciVendorId};
 
-use super::error::{EngineError, Result};
+use super::error::{EngineError, Result, chain};
+use super::handle::Engine;
 use super::model::Identity;
+use super::state::OwnedSlice;
 use super::timed_host::TimedHost;
 
 /// AMD SMI, when it answers for this GPU.
@@ -30,7 +36,8 @@ pub(crate) fn target_count(host: &TimedHost, dev: &vfio::PciDevice) -> u32 {
     dev.sriov.as_ref().map_or(0, |s| s.total_vfs)
 }
 
-/// Sets the VF count and returns how many the kernel really enabled.
+/// Sets the VF count and returns how many the kernel really enabled. On an NVIDIA GPU any
+/// non-zero count enables them all (the only way its driver has).
 pub(crate) fn set_count(host: &TimedHost, gpu: PciAddress, count: u32) -> Result<u32> {
     let dev = host.gpu(gpu)?;
     if let Some(amd) = amd_for(host, &dev) {
@@ -47,8 +54,55 @@ pub(crate) fn set_count(host: &TimedHost, gpu: PciAddress, count: u32) -> Result
             EngineError::from_amd(format!("cannot read VFs of GPU {gpu}"), gpu, timeout, e)
         });
     }
+    if TimedHost::is_nvidia(&dev) {
+        return set_nvidia(host, gpu, count > 0);
+    }
     vfio::set_num_vfs(host.fs(), gpu, count)
         .map_err(|e| EngineError::from_vfio(format!("cannot set {count} VFs on GPU {gpu}"), e))
+}
+
+/// NVIDIA's sequence; its route and result are logged (it rebinds the GPU's PF).
+fn set_nvidia(host: &TimedHost, gpu: PciAddress, enable: bool) -> Result<u32> {
+    let what = if enable { "enable" } else { "disable" };
+    let runner = vfio::SystemRunner::default();
+    match vfio::set_nvidia_vfs(host.fs(), &runner, gpu, enable) {
+        Ok(out) => {
+            tracing::info!(%gpu, route = ?out.route, vfs = out.num_vfs, "NVIDIA SR-IOV: VFs {what}d");
+            Ok(out.num_vfs)
+        }
+        Err(e @ vfio::VfioError::UnbindLockRefused(_)) => Err(EngineError::Busy(format!(
+            "cannot {what} the VFs of GPU {gpu}: {e}"
+        ))),
+        Err(e) => Err(EngineError::from_vfio(
+            format!("cannot {what} the VFs of GPU {gpu}"),
+            e,
+        )),
+    }
+}
+
+/// The MIG GPU instances an NVIDIA VF enable would destroy: all of them, when the GPU has none
+/// of its VFs yet (the enable hands the PF back to `nvidia`, and the instances do not survive
+/// that). Empty for other GPUs, without NVML, or with MIG off.
+pub(crate) fn instances_lost_by_enable(
+    host: &TimedHost,
+    gpu: PciAddress,
+) -> Result<Vec<gpu::GpuInstance>> {
+    let dev = host.gpu(gpu)?;
+    let has_vfs = dev.sriov.as_ref().is_some_and(|s| s.num_vfs > 0);
+    if !TimedHost::is_nvidia(&dev) || has_vfs {
+        return Ok(Vec::new());
+    }
+    let (Ok(nvml), Ok(index)) = (host.nvml(), host.nvml_index(gpu)) else {
+        return Ok(Vec::new());
+    };
+    match nvml.gpu_instances(index) {
+        Ok(gis) => Ok(gis),
+        Err(e) if e.code == gpu::NvmlCode::TIMEOUT => {
+            Err(host.nvml_err(format!("cannot list the GPU instances of {gpu}"), gpu, e))
+        }
+        // MIG off or not supported: nothing to lose.
+        Err(_) => Ok(Vec::new()),
+    }
 }
 
 /// Enables VFs on a GPU that has none; fails (after turning them off again) when the kernel
@@ -133,6 +187,86 @@ pub(crate) fn ensure_index(
         }
         set_count(host, gpu, 0)?;
     }
+    let lost = instances_lost_by_enable(host, gpu)?;
+    if !lost.is_empty() {
+        // The reconciler restores VFs before MIG instances, so after a reboot there are none;
+        // otherwise the loss is at least said (its own MIG slices are re-created after this).
+        tracing::warn!(%gpu, instances = lost.len(), "re-enabling NVIDIA VFs destroys every MIG GPU instance on the GPU");
+    }
     enable(host, gpu, index + 1)?;
     Ok(true)
+}
+
+/// The GPU-instance start slot an owned slice occupies, if it has one.
+fn gi_start(s: &OwnedSlice) -> Option<u32> {
+    match &s.identity {
+        Identity::Mig { start, .. } | Identity::MigVgpu { start, .. } => Some(*start),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// Enables VFs on a GPU that has none (see [`enable`]), first making the MIG-instance loss an
+    /// NVIDIA enable implies explicit: refused (`conflict`, naming them) while any GPU instance
+    /// on the GPU belongs to an allocated slice or to no slice of ours; otherwise our free slices
+    /// on those instances are destroyed first, logged, so that nothing claims an instance the
+    /// enable then removes. The caller holds the GPU's lock.
+    pub(crate) fn enable_vfs(&self, gpu: PciAddress, need: u32) -> Result<u32> {
+        let lost = instances_lost_by_enable(self.host(), gpu)?;
+        if !lost.is_empty() {
+            self.give_up_instances(gpu, &lost)?;
+        }
+        enable(self.host(), gpu, need)
+    }
+
+    fn give_up_instances(&self, gpu: PciAddress, lost: &[gpu::GpuInstance]) -> Result<()> {
+        let owned: Vec<OwnedSlice> = self.read(|d| {
+            d.slices
+                .values()
+                .filter(|s| s.spec.gpu.pci() == Some(gpu))
+                .cloned()
+                .collect()
+        });
+        let mut blocking = Vec::new();
+        let mut ours = Vec::new();
+        for gi in lost {
+            let start = gi.placement.start;
+            match owned.iter().find(|s| gi_start(s) == Some(start)) {
+                None => blocking.push(format!(
+                    "GPU instance {} (start {start}) is not vgpud's",
+                    gi.id
+                )),
+                Some(s) => match self.read(|d| d.holder(s.id).map(|a| a.consumer.clone())) {
+                    Some(consumer) => blocking.push(format!(
+                        "slice {} ({}) is allocated to {consumer:?}",
+                        s.id, s.spec.kind
+                    )),
+                    None => ours.push(s.clone()),
+                },
+            }
+        }
+        if !blocking.is_empty() {
+            return Err(EngineError::Conflict(format!(
+                "enabling VFs on GPU {gpu} hands its PF back to the NVIDIA driver, which destroys \
+                 every MIG GPU instance on it, and {}",
+                blocking.join("; ")
+            )));
+        }
+        tracing::warn!(
+            %gpu,
+            instances = lost.len(),
+            slices = ?ours.iter().map(|s| s.id.to_string()).collect::<Vec<_>>(),
+            "enabling NVIDIA VFs destroys every MIG GPU instance on the GPU: the free slices on them are destroyed first"
+        );
+        for s in ours {
+            self.destroy_locked(s.id).map_err(|e| {
+                EngineError::Conflict(format!(
+                    "cannot destroy slice {} before enabling VFs on GPU {gpu}: {}",
+                    s.id,
+                    chain(&e)
+                ))
+            })?;
+        }
+        Ok(())
+    }
 }

@@ -77,3 +77,44 @@ pub fn vfs(fs: &Arc<dyn Sysfs>, pf: &str) -> Vec<String> {
     out.sort();
     out.into_iter().map(|(_, a)| a).collect()
 }
+
+/// Moves an NVIDIA PF from `nvidia` to `pci-pf-stub` the way `sriov-manage` does: the unbind
+/// lock, the override, the unbind (which takes the PF's VFs with it), the probe.
+pub fn pf_to_stub(fs: &Arc<dyn Sysfs>, pf: &str) {
+    write(
+        fs,
+        &format!("/proc/driver/nvidia/gpus/{pf}/unbindLock"),
+        "1",
+    );
+    write(fs, &dev(pf, "driver_override"), "pci-pf-stub");
+    write(fs, &dev(pf, "driver/unbind"), pf);
+    write(fs, "/sys/bus/pci/drivers_probe", pf);
+}
+
+/// Hands a PF on `pci-pf-stub` back to `nvidia`, then binds its VFs to `nvidia`.
+pub fn pf_to_nvidia(fs: &Arc<dyn Sysfs>, pf: &str) {
+    write(fs, &dev(pf, "driver_override"), "\n");
+    write(fs, &dev(pf, "driver/unbind"), pf);
+    write(fs, "/sys/bus/pci/drivers/nvidia/bind", pf);
+    for vf in vfs(fs, pf) {
+        write(fs, "/sys/bus/pci/drivers/nvidia/bind", &vf);
+    }
+}
+
+/// Set-up for tests of `sriov_numvfs` itself on an NVIDIA GPU: the PF on `pci-pf-stub` (the
+/// only driver of an NVIDIA GPU with `sriov_configure`) with `n` VFs enabled again, as the
+/// boot-time `sriov-manage -e` had them.
+pub fn pf_on_stub_with_vfs(fs: &Arc<dyn Sysfs>, pf: &str, n: u32) {
+    pf_to_stub(fs, pf);
+    if n > 0 {
+        write(fs, &dev(pf, "sriov_numvfs"), &n.to_string());
+    }
+}
+
+/// `sriov-manage -e <pf>`, step by step: every VF enabled, the PF and its VFs on `nvidia`.
+pub fn sriov_manage_enable(fs: &Arc<dyn Sysfs>, pf: &str) {
+    let total = read(fs, &dev(pf, "sriov_totalvfs"));
+    pf_to_stub(fs, pf);
+    write(fs, &dev(pf, "sriov_numvfs"), &total);
+    pf_to_nvidia(fs, pf);
+}

@@ -51,20 +51,57 @@ pub(super) fn current(host: &TimedHost, vf: PciAddress) -> Result<Option<VgpuTyp
         .map_err(|e| EngineError::from_vfio(format!("cannot read the vGPU type of VF {vf}"), e))
 }
 
-/// Writes the type (or 0) to the VF; the driver's `EINVAL` means it has no room for the type.
+/// Writes the type (or 0) to the VF, with the driver's refusals as typed errors:
+///
+/// - creating: `EIO` is how recent vGPU host drivers refuse a type that cannot be created (they
+///   log "NVRM: Failed to add vgpu create request"), older ones answered `EINVAL`: both are
+///   `no_capacity` when the VF's `creatable_vgpu_types` no longer lists the type. An `EIO` while
+///   the driver still lists it is some other failure and stays a host error with its errno;
+/// - removing: `EBUSY` on some drivers, `EPERM` on others, while a VM holds the VF: `busy`.
 pub(super) fn write_type(
     host: &TimedHost,
     gpu: PciAddress,
     vf: PciAddress,
     ty: Option<VgpuTypeId>,
 ) -> Result<()> {
-    vfio::set_current_vgpu_type(host.fs(), vf, ty).map_err(|e| match (ty, e.errno()) {
-        (Some(ty), Some(libc::EINVAL)) => EngineError::NoCapacity(format!(
-            "the driver refused vGPU type {ty} on VF {vf} (no room on GPU {gpu})"
+    let Err(e) = vfio::set_current_vgpu_type(host.fs(), vf, ty) else {
+        return Ok(());
+    };
+    let errno = e.errno();
+    match ty {
+        Some(ty)
+            if matches!(errno, Some(libc::EINVAL | libc::EIO)) && !creatable_now(host, vf, ty) =>
+        {
+            Err(EngineError::NoCapacity(format!(
+                "the driver refused vGPU type {ty} on VF {vf}: GPU {gpu} has no room for it now ({}{})",
+                sysfs::error_chain(&e),
+                if errno == Some(libc::EIO) {
+                    "; the driver logs \"Failed to add vgpu create request\""
+                } else {
+                    ""
+                }
+            )))
+        }
+        Some(ty) => Err(EngineError::from_vfio(
+            format!("cannot set vGPU type {ty} on VF {vf}"),
+            e,
         )),
-        (Some(ty), _) => EngineError::from_vfio(format!("cannot set vGPU type {ty} on VF {vf}"), e),
-        (None, _) => EngineError::from_vfio(format!("cannot remove the vGPU on VF {vf}"), e),
-    })
+        None if matches!(errno, Some(libc::EBUSY | libc::EPERM)) => {
+            Err(EngineError::Busy(format!(
+                "the driver refused to remove the vGPU on VF {vf}, which a VM holds: {}",
+                sysfs::error_chain(&e)
+            )))
+        }
+        None => Err(EngineError::from_vfio(
+            format!("cannot remove the vGPU on VF {vf}"),
+            e,
+        )),
+    }
+}
+
+/// Whether the VF's `creatable_vgpu_types` lists the type now (unreadable: no).
+fn creatable_now(host: &TimedHost, vf: PciAddress, ty: VgpuTypeId) -> bool {
+    vfio::creatable_vgpu_types(host.fs(), vf).is_ok_and(|list| list.iter().any(|t| t.id == ty))
 }
 
 /// Writes the type to the untyped VF and reads it back: the driver's answer is the commit point.
