@@ -76,8 +76,8 @@ fn each_builtin_profile_matches_itself() {
                 // Runtime state the probed host may not show: MIG tables while MIG is off, VFs
                 // while none are enabled (`hgx-h200-vgpu` boots without them). All else is equal.
                 let runtime = i.name.starts_with("mig.") || i.name.starts_with("pci.vf.");
-                let ok = i.verdict == Verdict::Equal
-                    || (i.verdict == Verdict::NotObserved && runtime);
+                let ok =
+                    i.verdict == Verdict::Equal || (i.verdict == Verdict::NotObserved && runtime);
                 assert!(ok, "{}: {i:?}", profile.name);
             }
         }
