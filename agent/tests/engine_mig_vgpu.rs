@@ -738,6 +738,10 @@ fn a_created_vgpu_reads_back_the_gpu_instance_at_its_slot() {
         )))
         .unwrap_err();
     assert_eq!(err.errno(), Some(libc::ENXIO), "{err}");
+    assert_eq!(
+        vfio::vgpu_gpu_instance(h.sysfs().as_ref(), untyped).unwrap(),
+        None
+    );
     let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
     let (vf, _, _) = mig_vgpu_parts(&a);
     let gi = a.handles.gpu_instance_id.unwrap();
