@@ -5,6 +5,7 @@
 
 use agent::engine::{Identity, Layout, LayoutState, Slice, SliceKind, SliceState};
 use sim::{Profile, SimHost};
+use sysfs::SysfsExt as _;
 use testkit::*;
 
 const H200: &str = "0000:18:00.0";
@@ -693,4 +694,150 @@ fn mig_backed_capacity_counts_gpu_instances_and_free_vfs() {
     let again = alloc_one(&s, "vm4", "NVIDIA H200X-1-18C").unwrap();
     assert_eq!(again.id, made[1].id, "the free one is reused");
     assert_eq!(gis(&h, H200B).len(), 3);
+}
+
+/// The PF's `virtfn<n>`.
+fn vf_n(h: &SimHost, gpu: &str, n: u32) -> ids::PciAddress {
+    let link = format!("/sys/bus/pci/devices/{gpu}/virtfn{n}");
+    h.sysfs()
+        .link_name_opt(std::path::Path::new(&link))
+        .unwrap()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn nvidia_attr(vf: ids::PciAddress, name: &str) -> String {
+    format!("/sys/bus/pci/devices/{vf}/nvidia/{name}")
+}
+
+/// NVML's `1g.18gb` profile id on the GPU.
+fn profile_1g(h: &SimHost, gpu: &str) -> u32 {
+    h.nvml()
+        .gpu_instance_profiles(index(h, gpu))
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name.to_string() == "1g.18gb")
+        .unwrap()
+        .id
+}
+
+#[test]
+fn a_created_vgpu_reads_back_the_gpu_instance_at_its_slot() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    mig_on(&h, H200);
+    // No vGPU yet: the driver answers ENXIO.
+    let untyped = vf_n(&h, H200, 0);
+    let err = h
+        .sysfs()
+        .read_text(std::path::Path::new(&nvidia_attr(
+            untyped,
+            "gpu_instance_id",
+        )))
+        .unwrap_err();
+    assert_eq!(err.errno(), Some(libc::ENXIO), "{err}");
+    assert_eq!(
+        vfio::vgpu_gpu_instance(h.sysfs().as_ref(), untyped).unwrap(),
+        None
+    );
+    let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
+    let (vf, _, _) = mig_vgpu_parts(&a);
+    let gi = a.handles.gpu_instance_id.unwrap();
+    assert_eq!(
+        read(&h, &nvidia_attr(vf, "gpu_instance_id")),
+        gi.to_string()
+    );
+    assert_eq!(read(&h, &nvidia_attr(vf, "placement_id")), "3");
+    assert_eq!(e.slice(a.id).unwrap().state, SliceState::Ready);
+    e.destroy_slice(a.id).unwrap();
+    let err = h
+        .sysfs()
+        .read_text(std::path::Path::new(&nvidia_attr(vf, "gpu_instance_id")))
+        .unwrap_err();
+    assert_eq!(err.errno(), Some(libc::ENXIO), "{err}");
+}
+
+#[test]
+fn the_driver_choosing_another_gpu_instance_is_refused_and_undone() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    mig_on(&h, H200);
+    let nvml = h.nvml();
+    let i = index(&h, H200);
+    let p = profile_1g(&h, H200);
+    // Someone's GPU instance with a compute instance at slot 0, and their vGPU written by hand:
+    // the driver takes an instance with compute instances (field reports).
+    let busy = nvml
+        .create_gpu_instance(i, p, gpu::Placement { start: 0, size: 1 })
+        .unwrap();
+    let ci = nvml.compute_instance_profiles(i, busy.id).unwrap()[0].id;
+    nvml.create_compute_instance(i, busy.id, ci).unwrap();
+    let theirs = vf_n(&h, H200, 1);
+    write(&h, &nvidia_attr(theirs, "current_vgpu_type"), T1G);
+    assert_eq!(
+        read(&h, &nvidia_attr(theirs, "gpu_instance_id")),
+        busy.id.to_string()
+    );
+    // Their unused instance at slot 1 has a lower id than ours at slot 3 will. Counted, the
+    // profile's instances without compute instances (theirs, ours) are one more than its vGPUs,
+    // so only the read-back can tell that the driver put our vGPU into theirs.
+    let spare = nvml
+        .create_gpu_instance(i, p, gpu::Placement { start: 1, size: 1 })
+        .unwrap();
+    let err = create(&e, H200, vgpu(T1G, Some(3))).unwrap_err();
+    assert_eq!(err.code(), "conflict", "{err}");
+    let why = err.to_string();
+    assert!(
+        why.contains(&format!("GPU instance {}", spare.id)) && why.contains("slot 3"),
+        "{why}"
+    );
+    // Nothing leaks: our vGPU and GPU instance went, theirs are untouched.
+    assert_eq!(
+        gis(&h, H200),
+        vec![
+            ("1g.18gb".into(), 0, busy.id),
+            ("1g.18gb".into(), 1, spare.id)
+        ]
+    );
+    assert_eq!(typed_vfs(&h), 1);
+    assert_eq!(vf_type(&h, theirs), T1G);
+    assert_eq!(e.pending_intents(), 0);
+    assert!(e.slices().is_empty());
+}
+
+#[test]
+fn a_vgpu_the_driver_moved_to_another_gpu_instance_is_seen_as_changed() {
+    let h = sim("hgx-h200");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    mig_on(&h, H200);
+    let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
+    let (vf, _, _) = mig_vgpu_parts(&a);
+    let ours = a.handles.gpu_instance_id.unwrap();
+    // Behind the engine's back: the vGPU removed and written again while a lower-id unused
+    // instance of the profile exists; the driver puts it there. Type and slot still look right.
+    write(&h, &nvidia_attr(vf, "current_vgpu_type"), "0");
+    let other = h
+        .nvml()
+        .create_gpu_instance(
+            index(&h, H200),
+            profile_1g(&h, H200),
+            gpu::Placement { start: 1, size: 1 },
+        )
+        .unwrap();
+    write(&h, &nvidia_attr(vf, "current_vgpu_type"), T1G);
+    assert_eq!(
+        read(&h, &nvidia_attr(vf, "gpu_instance_id")),
+        other.id.to_string()
+    );
+    let now = e.slice(a.id).unwrap();
+    assert_eq!(now.state, SliceState::Failed, "{now:?}");
+    let why = now.reason.unwrap();
+    assert!(
+        why.contains(&format!("GPU instance {}", other.id)) && why.contains(&ours.to_string()),
+        "{why}"
+    );
 }

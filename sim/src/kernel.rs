@@ -461,7 +461,18 @@ pub(crate) fn creatable_vgpu_types<'a>(
         .collect()
 }
 
-/// The lowest-id GPU instance of the type's MIG profile that no vGPU occupies yet.
+/// The GPU instance the driver puts a new vGPU of a MIG-backed type into: the lowest-id GPU
+/// instance of the type's profile that no vGPU occupies yet and that has no compute instance,
+/// else the lowest-id one with compute instances.
+///
+/// The driver, not the writer, chooses the instance; `nvidia/gpu_instance_id` says which one
+/// afterwards (bigstack-oss/cubecos's GPU configuration code, MIG-backed vGPU support of its PR
+/// 1223: the instance a VF serves is decided by the driver). Instances with compute instances are accepted: cubecos
+/// creates every instance with `nvidia-smi mig -cgi <id> -C` (a compute instance in each) and the
+/// type writes succeeded, and NVIDIA's AI Enterprise vGPU configuration guide has both GPU and
+/// compute instances created before MIG-backed vGPUs. Which free instance the driver prefers is
+/// documented nowhere (issue 13 review): instances without compute instances first, then the
+/// lowest id, is this simulator's choice.
 fn free_gi_for(
     state: &State,
     family: Option<MigFamily>,
@@ -475,14 +486,25 @@ fn free_gi_for(
         .filter_map(|(_, p)| p.vf.as_ref()?.gpu_instance)
         .collect();
     let gpu = state.gpus.get(&pf)?;
-    let mut gis: Vec<u32> = gpu
-        .gis
+    gpu.gis
         .iter()
-        .filter(|g| g.profile_id == profile.info.id && g.cis.is_empty() && !taken.contains(&g.id))
+        .filter(|g| g.profile_id == profile.info.id && !taken.contains(&g.id))
+        .min_by_key(|g| (!g.cis.is_empty(), g.id))
         .map(|g| g.id)
-        .collect();
-    gis.sort_unstable();
-    gis.first().copied()
+}
+
+/// What `<vf>/nvidia/gpu_instance_id` and `placement_id` read: the id and the start slot of the
+/// GPU instance the VF's MIG-backed vGPU sits in; `None` (the driver answers ENXIO) while the VF
+/// has no vGPU (cubecos's GPU configuration code: both read ENXIO until a vGPU exists);
+/// bigstack-oss/cubecos issue 312 shows `gpu_instance_id` 3 and `placement_id` 0 right after a
+/// type write. What `placement_id` counts is not settled: cubecos reads it as the vGPU's offset
+/// inside its instance (which is 0 for a type that fills its instance), issue 13 as the
+/// instance's start slot; this simulator gives the start slot, and the agent decides by the
+/// instance id alone. A time-sliced vGPU has no instance: ENXIO too (assumed, issue 13 review).
+pub(crate) fn vgpu_gpu_instance(state: &State, vf: &VfState) -> Option<(u32, u32)> {
+    let id = vf.gpu_instance?;
+    let gi = state.gpus.get(&vf.pf)?.gis.iter().find(|g| g.id == id)?;
+    Some((gi.id, gi.start))
 }
 
 /// `<vf>/nvidia/current_vgpu_type`: an id creates (EBUSY if the VF has a type, EIO if the type

@@ -3,7 +3,8 @@
 //! Reads resolve the path in the rendered tree, following links like the kernel's VFS (at most
 //! 40 hops, then `ELOOP`). Errors: a missing path is `ENOENT`, a file used as a directory
 //! `ENOTDIR`, reading a directory `EISDIR`, reading a write-only attribute or writing a
-//! read-only one `EACCES`, reading or writing a `/dev/vfio` node `EINVAL`, `read_link` on a
+//! read-only one `EACCES`, reading an attribute the driver cannot answer yet its errno (`ENXIO`
+//! for a VF's `nvidia/gpu_instance_id` before it has a vGPU), reading or writing a `/dev/vfio` node `EINVAL`, `read_link` on a
 //! non-link `EINVAL`, a read longer than the limit `EFBIG`. A fault is looked up before the
 //! kernel's rule runs; see [`crate::fault`].
 
@@ -69,8 +70,10 @@ fn resolve<'t>(tree: &'t Tree, path: &str, follow_last: bool) -> Result<(String,
                 cur = String::from("/");
             }
             Node::Dir(_) | Node::Link(_) => cur = cand,
-            Node::Attr { .. } | Node::CharDev if !pending.is_empty() => return Err(ENOTDIR),
-            Node::Attr { .. } | Node::CharDev => cur = cand,
+            Node::Attr { .. } | Node::CharDev | Node::Unreadable(_) if !pending.is_empty() => {
+                return Err(ENOTDIR);
+            }
+            Node::Attr { .. } | Node::CharDev | Node::Unreadable(_) => cur = cand,
         }
     }
     let node = tree.get(&cur).ok_or(ENOENT)?;
@@ -161,6 +164,7 @@ impl Sysfs for SimSysfs {
                 content: Some(c), ..
             } => Ok(Found::Bytes(c.as_bytes().to_vec())),
             Node::Attr { content: None, .. } => Err(EACCES),
+            Node::Unreadable(errno) => Err(*errno),
             Node::Dir(_) => Err(EISDIR),
             Node::CharDev | Node::Link(_) => Err(EINVAL),
         })?;
@@ -174,7 +178,7 @@ impl Sysfs for SimSysfs {
     fn write(&self, path: &Path, data: &[u8]) -> Result<(), SysfsError> {
         let (found, partial) = self.access(Op::Write, path, true, |node| match node {
             Node::Attr { store: Some(s), .. } => Ok(Found::Store(s.clone())),
-            Node::Attr { store: None, .. } => Err(EACCES),
+            Node::Attr { store: None, .. } | Node::Unreadable(_) => Err(EACCES),
             Node::Dir(_) => Err(EISDIR),
             Node::CharDev | Node::Link(_) => Err(EINVAL),
         })?;

@@ -42,6 +42,8 @@ pub(crate) enum Node {
     Link(String),
     /// A character device (`/dev/vfio/<n>`).
     CharDev,
+    /// A read-only attribute whose read the driver fails with this errno for now.
+    Unreadable(i32),
 }
 
 /// The rendered tree, keyed by absolute path.
@@ -432,6 +434,28 @@ fn render_vendor_vfio(
         format!("{current}\n"),
         Store::VgpuType(addr),
     );
+    render_vgpu_gpu_instance(t, state, dir, vf);
+}
+
+/// `nvidia/gpu_instance_id` and `nvidia/placement_id`: ENXIO until the VF has a MIG-backed
+/// vGPU, then the GPU instance the driver put it in (see [`kernel::vgpu_gpu_instance`]).
+fn render_vgpu_gpu_instance(t: &mut Tree, state: &State, dir: &str, vf: &crate::state::VfState) {
+    for (name, value) in [
+        (
+            "gpu_instance_id",
+            kernel::vgpu_gpu_instance(state, vf).map(|(id, _)| id),
+        ),
+        (
+            "placement_id",
+            kernel::vgpu_gpu_instance(state, vf).map(|(_, start)| start),
+        ),
+    ] {
+        let path = format!("{dir}/nvidia/{name}");
+        match value {
+            Some(v) => t.ro(&path, format!("{v}\n")),
+            None => t.insert(&path, Node::Unreadable(libc::ENXIO)),
+        }
+    }
 }
 
 fn render_drivers(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {

@@ -31,7 +31,8 @@ pub use device::{
 };
 pub use iommu::{GroupViability, IommuGroup, group_viability, iommu_group, vfio_node_present};
 pub use nvidia::{
-    VgpuTypeEntry, creatable_vgpu_types, current_vgpu_type, has_vendor_vgpu, set_current_vgpu_type,
+    VgpuGpuInstance, VgpuTypeEntry, creatable_vgpu_types, current_vgpu_type, has_vendor_vgpu,
+    set_current_vgpu_type, vgpu_gpu_instance,
 };
 pub use nvidia_sriov::{
     NVIDIA_DRIVER, NvidiaSriovOutcome, PCI_PF_STUB, SriovRoute, has_sriov_manage, set_nvidia_vfs,

@@ -85,6 +85,50 @@ pub fn set_current_vgpu_type(
     Ok(())
 }
 
+/// Where the driver put a VF's MIG-backed vGPU: `nvidia/gpu_instance_id` and
+/// `nvidia/placement_id`, which the driver fills in when the type is written (kubevirt issue
+/// 17642 lists both files; bigstack-oss/cubecos's GPU configuration code reads them back and
+/// found `gpu_instance_id` matching the carved instance every time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VgpuGpuInstance {
+    /// The MIG GPU instance id the vGPU sits in.
+    pub gpu_instance_id: u32,
+    /// The driver's placement id. Sources disagree on what it counts: the GI's start slot, or
+    /// the vGPU's offset inside its GI (cubecos); callers decide by `gpu_instance_id` alone.
+    pub placement_id: u32,
+}
+
+/// The GPU instance the VF's vGPU sits in; `None` while the VF has no vGPU (the driver answers
+/// `ENXIO` then) and on drivers without the files (`ENOENT`).
+pub fn vgpu_gpu_instance(
+    fs: &dyn Sysfs,
+    vf: PciAddress,
+) -> Result<Option<VgpuGpuInstance>, VfioError> {
+    let (Some(gpu_instance_id), Some(placement_id)) = (
+        read_placement_attr(fs, vf, "gpu_instance_id")?,
+        read_placement_attr(fs, vf, "placement_id")?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(VgpuGpuInstance {
+        gpu_instance_id,
+        placement_id,
+    }))
+}
+
+/// One of the two read-back attributes; ENXIO (no vGPU yet) and ENOENT (older driver) are `None`.
+fn read_placement_attr(
+    fs: &dyn Sysfs,
+    vf: PciAddress,
+    name: &str,
+) -> Result<Option<u32>, VfioError> {
+    match fs.read_parse::<u32>(&nvidia_attr(vf, name)) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if matches!(e.errno(), Some(libc::ENXIO | libc::ENOENT)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

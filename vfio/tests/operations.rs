@@ -451,6 +451,29 @@ fn vgpu_types_and_current_type() {
 }
 
 #[test]
+fn vgpu_gpu_instance_reads_both_files_and_none_without_them() {
+    let host = vgpu_host("", "0\n");
+    let fs = host.fs();
+    // An older driver without the files.
+    assert_eq!(vgpu_gpu_instance(&fs, addr(VF)).unwrap(), None);
+    let dir = "/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.4/nvidia";
+    host.tree.file(&format!("{dir}/gpu_instance_id"), "3\n");
+    // One file alone says nothing.
+    assert_eq!(vgpu_gpu_instance(&fs, addr(VF)).unwrap(), None);
+    host.tree.file(&format!("{dir}/placement_id"), "0\n");
+    assert_eq!(
+        vgpu_gpu_instance(&fs, addr(VF)).unwrap(),
+        Some(VgpuGpuInstance {
+            gpu_instance_id: 3,
+            placement_id: 0
+        })
+    );
+    host.tree.file(&format!("{dir}/placement_id"), "x\n");
+    let err = vgpu_gpu_instance(&fs, addr(VF)).unwrap_err();
+    assert!(sysfs::error_chain(&err).contains("placement_id"), "{err}");
+}
+
+#[test]
 fn set_vgpu_type_writes_id_or_zero() {
     let host = vgpu_host("", "0\n");
     let probe = host.probe();

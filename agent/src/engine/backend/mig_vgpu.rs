@@ -4,9 +4,13 @@
 //! [`super::vf_type`].
 //!
 //! A GPU instance of the type's profile at an explicit start slot (no compute instance: the
-//! guest makes its own), then the type id written to a free VF's `current_vgpu_type`. The driver puts the vGPU into a free
-//! GPU instance of the profile; the engine makes sure the one it just created is the only free
-//! one, so the vGPU lands there.
+//! guest makes its own), then the type id written to a free VF's `current_vgpu_type`. The driver
+//! puts the vGPU into a free GPU instance of the profile of its own choosing; the engine makes
+//! sure the one it just created is the only unused one it can see, then reads the VF's
+//! `nvidia/gpu_instance_id` back: the driver also takes instances with compute instances (field
+//! reports), which that check cannot rule out. A vGPU in any other instance is removed again
+//! (`0` written) and the create fails with `conflict`. Drivers without the read-back files (or
+//! answering ENXIO) leave the engine with the count check alone.
 //!
 //! Identity: [`Identity::MigVgpu`] (VF index and address, GI start and profile). Realize makes
 //! the GPU instance, then writes the type; a failed write removes the instance it made. Destroy
@@ -198,6 +202,8 @@ fn realize(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> 
     let carried = current(host, vf)?;
     let (gi, made) = match (carried, at_start(host, gpu, index, start)?) {
         (Some(t), Some(gi)) if t == ty && gi.profile_id == profile.id => {
+            // An earlier attempt wrote the type; its read-back may not have run.
+            check_driver_choice(host, gpu, vf, ty, &gi)?;
             return handles(host, vf, &gi);
         }
         (Some(t), _) if t != ty => {
@@ -260,7 +266,48 @@ fn put_type(
             gi.id
         )));
     }
-    vf_type::put_type(host, gpu, vf, ty)
+    vf_type::put_type(host, gpu, vf, ty)?;
+    check_driver_choice(host, gpu, vf, ty, gi)
+}
+
+/// The GPU instance the driver put the VF's vGPU into, when the driver says (`None`: ENXIO or
+/// no such files, as on older drivers).
+fn driver_choice(host: &TimedHost, vf: PciAddress) -> Result<Option<vfio::VgpuGpuInstance>> {
+    vfio::vgpu_gpu_instance(host.fs(), vf).map_err(|e| {
+        EngineError::from_vfio(
+            format!("cannot read which GPU instance VF {vf}'s vGPU sits in"),
+            e,
+        )
+    })
+}
+
+/// After the type write: the vGPU must sit in our GPU instance. Anywhere else it is removed
+/// again (the caller then removes the instance it made) and the create is a `conflict`.
+fn check_driver_choice(
+    host: &TimedHost,
+    gpu: PciAddress,
+    vf: PciAddress,
+    ty: VgpuTypeId,
+    gi: &GpuInstance,
+) -> Result<()> {
+    let Some(chosen) = driver_choice(host, vf)? else {
+        return Ok(());
+    };
+    if chosen.gpu_instance_id == gi.id {
+        return Ok(());
+    }
+    let refused = format!(
+        "the driver put vGPU type {ty} on VF {vf} into GPU instance {} (placement {}) of GPU {gpu}, not into the intended GPU instance {} at slot {}",
+        chosen.gpu_instance_id, chosen.placement_id, gi.id, gi.placement.start
+    );
+    if let Err(undo) = vf_type::write_type(host, gpu, vf, None) {
+        return Err(EngineError::Conflict(format!(
+            "{refused}; removing it again failed: {undo}"
+        )));
+    }
+    Err(EngineError::Conflict(format!(
+        "{refused}; it was removed again"
+    )))
 }
 
 /// Removes the vGPU, then the GPU instance at the slot when it is still ours.
@@ -292,7 +339,8 @@ fn destroy(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> 
     }
 }
 
-/// Present when the VF carries the type and our GPU instance is at the slot.
+/// Present when the VF carries the type, our GPU instance is at the slot and, where the driver
+/// says which instance the vGPU sits in, it is that one.
 fn observe(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> Result<Observed> {
     let (vf, start, name) = parts(id)?;
     if !vfio::device_exists(host.fs(), vf) {
@@ -315,7 +363,14 @@ fn observe(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> 
             "GPU instance {} at slot {start} has compute instances",
             gi.id
         )),
-        (Some(_), Some(gi)) => Observed::Present(handles(host, vf, &gi)?),
+        (Some(_), Some(gi)) => match driver_choice(host, vf)? {
+            Some(chosen) if chosen.gpu_instance_id != gi.id => Observed::Changed(format!(
+                "VF {vf}'s vGPU sits in GPU instance {} (placement {}), not in GPU instance {} at slot {start}",
+                chosen.gpu_instance_id, chosen.placement_id, gi.id
+            )),
+            // Ours, or a driver that does not say (then the slot is all there is to go by).
+            _ => Observed::Present(handles(host, vf, &gi)?),
+        },
         (Some(_), None) => Observed::Changed(format!(
             "VF {vf} carries vGPU type {ty} but no {name} GPU instance is at slot {start}"
         )),
