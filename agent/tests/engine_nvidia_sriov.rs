@@ -279,7 +279,12 @@ fn a_layout_of_mig_slices_and_mig_backed_vgpus_enables_the_vfs_before_any_instan
             &[("3g.71gb", 1), ("NVIDIA H200X-1-18C", 2)],
         )])
         .unwrap();
-    assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
+    // A vGPU host's MIG mode change waits for a GPU reset (issue 13, fact 4); after it the
+    // next reconcile makes the VFs, then the instances and types.
+    assert_eq!(view.status[0].state, LayoutState::Pending, "{view:?}");
+    h.reset_gpu(addr(H200)).unwrap();
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.layouts[0].state, LayoutState::Applied, "{report:?}");
     assert_sriov_manage_done(&h);
     // Every slice of the layout is still there: none was made before the VFs.
     assert_eq!(e.slices().len(), 3);

@@ -15,6 +15,7 @@ pub mod nvml_real;
 
 pub use amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
 pub use nvml::{
-    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
-    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
+    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
+    MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
+    VgpuTypeInfo, XidEvent,
 };

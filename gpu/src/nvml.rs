@@ -117,6 +117,47 @@ pub struct MigMode {
     pub pending: bool,
 }
 
+/// What `nvmlDeviceSetMigMode` says in its `activationStatus` out-parameter, apart from its
+/// return value: the call can succeed and still leave the mode pending. NVML's reference: "This
+/// API may unbind or reset the device to activate the requested mode ... activationStatus would
+/// return NVML_ERROR_RESET_REQUIRED" where a reset is needed (e.g. a VM reboot under
+/// passthrough), and "NVML_ERROR_IN_USE" when the device is not idle; the caller idles the device
+/// and retries (NVML API reference, `nvmlDeviceSetMigMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MigActivation {
+    /// The mode took effect (`activationStatus` is `NVML_SUCCESS`).
+    Applied,
+    /// The mode is pending until the GPU is reset (`NVML_ERROR_RESET_REQUIRED`).
+    PendingReset,
+    /// The GPU is not idle: the mode is pending until it is, or until a reset
+    /// (`NVML_ERROR_IN_USE`).
+    InUse,
+    /// Any other activation status, with NVML's code.
+    Other(NvmlCode),
+}
+
+impl MigActivation {
+    /// The activation status of NVML's code (`0` is success).
+    pub fn from_code(code: NvmlCode) -> Self {
+        match code {
+            NvmlCode(0) => Self::Applied,
+            NvmlCode::RESET_REQUIRED => Self::PendingReset,
+            NvmlCode::IN_USE => Self::InUse,
+            other => Self::Other(other),
+        }
+    }
+
+    /// NVML's code for the status (`0` for applied).
+    pub fn code(&self) -> NvmlCode {
+        match self {
+            Self::Applied => NvmlCode(0),
+            Self::PendingReset => NvmlCode::RESET_REQUIRED,
+            Self::InUse => NvmlCode::IN_USE,
+            Self::Other(c) => *c,
+        }
+    }
+}
+
 /// A placement on the GPU's memory-slice axis: `start` slot and `size` in slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Placement {
@@ -320,10 +361,10 @@ pub trait Nvml: Send + Sync + fmt::Debug {
     fn device_info(&self, index: u32) -> NvmlResult<DeviceInfo>;
     /// MIG mode; `NOT_SUPPORTED` on GPUs without MIG.
     fn mig_mode(&self, index: u32) -> NvmlResult<MigMode>;
-    /// Asks for MIG mode on or off (`nvmlDeviceSetMigMode`). The change may stay pending until
-    /// the GPU is reset (a process holds the GPU, or the platform needs a reset): read
-    /// [`Nvml::mig_mode`] afterwards. Never resets the GPU itself.
-    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<()>;
+    /// Asks for MIG mode on or off (`nvmlDeviceSetMigMode`) and returns its activation status:
+    /// the change may stay pending until the GPU is reset (a process holds the GPU, or the
+    /// platform needs a reset). Never resets the GPU itself (NVML has no call that does).
+    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<MigActivation>;
     /// GPU-instance profiles the GPU offers (profiles NVML reports as not supported are left out).
     fn gpu_instance_profiles(&self, index: u32) -> NvmlResult<Vec<GpuInstanceProfile>>;
     /// Every placement the profile allows on this GPU, occupied or not
@@ -390,6 +431,19 @@ mod tests {
 
     fn a(s: &str) -> PciAddress {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn activation_status_codes_round_trip() {
+        for (code, want) in [
+            (0, MigActivation::Applied),
+            (16, MigActivation::PendingReset),
+            (19, MigActivation::InUse),
+            (3, MigActivation::Other(NvmlCode::NOT_SUPPORTED)),
+        ] {
+            assert_eq!(MigActivation::from_code(NvmlCode(code)), want);
+            assert_eq!(want.code(), NvmlCode(code));
+        }
     }
 
     #[test]

@@ -21,8 +21,9 @@ use nvml_wrapper::{Device, Nvml as Wrapper};
 use nvml_wrapper_sys::bindings as sys;
 
 use crate::nvml::{
-    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
-    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
+    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
+    MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
+    VgpuTypeInfo, XidEvent,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -228,12 +229,12 @@ impl Nvml for NvmlLibrary {
         })
     }
 
-    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<()> {
-        // The activation status says whether the mode took effect at once; the caller reads
-        // the mode back either way, so only the call's own failure is an error.
+    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<MigActivation> {
+        // The return value says whether the call was accepted; whether the mode took effect
+        // is in the `activationStatus` out-parameter, which the wrapper hands back.
         self.device(index)?
             .set_mig_mode(enabled)
-            .map(|_activation| ())
+            .map(|status| MigActivation::from_code(NvmlCode(status)))
             .map_err(wrap("nvmlDeviceSetMigMode"))
     }
 

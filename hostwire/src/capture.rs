@@ -469,6 +469,7 @@ impl Capturer<'_> {
             amd: None,
             nvlink: false,
             fabric_info: false,
+            mig_mode_needs_reset: false,
             power_limit_w: 300,
             idle_power_w: 50,
             sm_clock_mhz: 1410,

@@ -99,7 +99,7 @@ pub enum SimError {
     GpuState {
         /// The GPU.
         gpu: PciAddress,
-        /// `already present` or `removed`.
+        /// `already present`, `removed`, or `in use (why)` for a refused GPU reset.
         state: &'static str,
     },
     /// An NVIDIA-only action (an Xid) on another vendor's GPU.

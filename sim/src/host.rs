@@ -263,9 +263,11 @@ impl SimHost {
         })
     }
 
-    /// Requests a MIG mode. The change is pending until the GPU is idle (no GPU instances,
-    /// vGPUs, mdevs or client processes), when it takes effect at once, or else at the next
-    /// reboot. NVML's `nvmlDeviceSetMigMode` follows the same rule.
+    /// Requests a MIG mode, as an operator's setup before vgpud runs (with any reset it needed
+    /// on a vGPU host). The change is pending until the GPU is idle (no GPU instances, vGPUs,
+    /// mdevs or client processes), when it takes effect at once, or else at the next reboot.
+    /// NVML's `nvmlDeviceSetMigMode` follows the same rule except on a vGPU host, where it is
+    /// refused while the GPU has VFs and pending until [`SimHost::reset_gpu`].
     pub fn set_mig_mode(&self, gpu: PciAddress, enabled: bool) -> Result<(), SimError> {
         self.change(|st, _| {
             present_gpu(st, gpu)?;
@@ -274,6 +276,20 @@ impl SimHost {
             } else {
                 Err(SimError::NotMigCapable(gpu))
             }
+        })
+    }
+
+    /// A GPU reset (`nvidia-smi -r -i <n>`): a pending MIG mode takes effect and the GPU's
+    /// instances are gone. Refused while the GPU is in use: a VM holds one of its VFs, a VF has
+    /// a vGPU, processes run on a GPU instance or hold the GPU.
+    pub fn reset_gpu(&self, gpu: PciAddress) -> Result<(), SimError> {
+        self.change(|st, _| {
+            present_gpu(st, gpu)?;
+            if let Some(state) = st.reset_blocker(gpu) {
+                return Err(SimError::GpuState { gpu, state });
+            }
+            st.reset_gpu(gpu);
+            Ok(())
         })
     }
 

@@ -6,15 +6,17 @@
 //! documentation: MIG calls on a GPU without MIG, or with MIG mode off, return `NOT_SUPPORTED`;
 //! an unknown profile or a start slot the profile does not allow `INVALID_ARGUMENT`; an occupied
 //! placement or too few free slices `INSUFFICIENT_RESOURCES`; an unknown instance `NOT_FOUND`;
-//! destroying an instance with compute instances, processes or a vGPU `IN_USE`.
+//! destroying an instance with compute instances, processes or a vGPU `IN_USE`. A MIG mode
+//! change reports its activation status apart from the return code (`State::set_mig_mode_call`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use gpu::nvml::{NvlinkFabric, fabric_peers};
 use gpu::{
-    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode,
-    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, XidEvent,
+    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
+    MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
+    VgpuTypeInfo, XidEvent,
 };
 use ids::{PciAddress, PciVendorId, VgpuTypeId};
 
@@ -314,14 +316,10 @@ impl Nvml for SimNvml {
         })
     }
 
-    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<()> {
+    fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<MigActivation> {
         self.act(calls::SET_MIG_MODE, index, |st, hw| {
             let addr = gpu_at(st, hw, index)?.addr;
-            if st.request_mig_mode(addr, enabled) {
-                Ok(())
-            } else {
-                Err(NvmlCode::NOT_SUPPORTED)
-            }
+            st.set_mig_mode_call(addr, enabled)
         })
     }
 

@@ -162,6 +162,12 @@ pub struct GpuModel {
     /// the host's NVLink fabric. Without it (A100) the switch links join the host's one fabric.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fabric_info: bool,
+    /// A MIG mode change is a vGPU host's: refused while the GPU has SR-IOV VFs and pending
+    /// until a GPU reset (or reboot), even on an idle GPU (issue 13, fact 4; NVIDIA gpu-operator
+    /// PR 2603 resets only GPUs without VFs). Without it the driver applies a change at once on
+    /// an idle GPU, as bare-metal Hopper does (gpu-operator issue 2600).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mig_mode_needs_reset: bool,
     /// Board power limit, W (telemetry).
     #[serde(default = "default_power")]
     pub power_limit_w: u32,

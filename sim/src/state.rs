@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use gpu::Placement;
+use gpu::{MigActivation, NvmlCode, Placement};
 use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress, PciDeviceId, PciVendorId};
 use serde::{Deserialize, Serialize};
 
@@ -451,12 +451,20 @@ impl State {
     }
 
     /// VFs of a PF, by index.
-    /// Asks for a MIG mode, as `nvmlDeviceSetMigMode` does: the mode becomes pending, and takes
-    /// effect at once only when nothing holds the GPU (no GPU instances, vGPUs, mdevs or client
-    /// processes); otherwise at the next reboot. `false` when the GPU has no MIG.
+    /// Asks for a MIG mode, as an operator's setup does (`SimHost::set_mig_mode`): the mode
+    /// becomes pending, and takes effect at once only when nothing holds the GPU (no GPU
+    /// instances, vGPUs, mdevs or client processes); otherwise at the next reboot. `false` when
+    /// the GPU has no MIG.
     pub(crate) fn request_mig_mode(&mut self, gpu: PciAddress, enabled: bool) -> bool {
+        self.set_mig_mode_idle_rule(gpu, enabled).is_some()
+    }
+
+    /// The bare-metal rule of [`State::request_mig_mode`], with the activation status NVML
+    /// would give: `InUse` while something holds the GPU (NVML's reference: "if device unbind
+    /// fails because the device isn't idle, NVML_ERROR_IN_USE"). `None` without MIG.
+    fn set_mig_mode_idle_rule(&mut self, gpu: PciAddress, enabled: bool) -> Option<MigActivation> {
         if self.gpu(gpu).is_none_or(|(_, model)| model.mig.is_none()) {
-            return false;
+            return None;
         }
         let parent = MdevParentName::from(gpu);
         let vgpus = self.mdevs.values().any(|m| m.parent == parent)
@@ -464,14 +472,77 @@ impl State {
                 .vfs_of(gpu)
                 .iter()
                 .any(|(_, p)| p.vf.as_ref().is_some_and(|v| v.vgpu_type.is_some()));
-        let Some(g) = self.gpus.get_mut(&gpu) else {
-            return false;
-        };
+        let g = self.gpus.get_mut(&gpu)?;
         g.mig_pending = enabled;
-        if !vgpus && !g.clients && g.gis.is_empty() {
+        if g.mig_current == enabled || (!vgpus && !g.clients && g.gis.is_empty()) {
             g.mig_current = enabled;
+            Some(MigActivation::Applied)
+        } else {
+            Some(MigActivation::InUse)
         }
-        true
+    }
+
+    /// `nvmlDeviceSetMigMode`: the activation status, or the call's own failure. On a vGPU
+    /// host ([`GpuModel::mig_mode_needs_reset`]) a change is refused with `IN_USE` while the GPU
+    /// has VFs and otherwise stays pending until a GPU reset (issue 13 review: NVIDIA's vGPU
+    /// hosts change MIG mode with the VFs off and reset the GPU after; gpu-operator PR 2603
+    /// resets only GPUs without VFs). Asking for the current mode withdraws a pending change.
+    pub(crate) fn set_mig_mode_call(
+        &mut self,
+        gpu: PciAddress,
+        enabled: bool,
+    ) -> Result<MigActivation, NvmlCode> {
+        let needs_reset = match self.gpu(gpu) {
+            Some((_, m)) if m.mig.is_some() => m.mig_mode_needs_reset,
+            _ => return Err(NvmlCode::NOT_SUPPORTED),
+        };
+        if !needs_reset {
+            return self
+                .set_mig_mode_idle_rule(gpu, enabled)
+                .ok_or(NvmlCode::NOT_SUPPORTED);
+        }
+        let has_vfs = !self.vfs_of(gpu).is_empty();
+        let g = self.gpus.get_mut(&gpu).ok_or(NvmlCode::UNKNOWN)?;
+        if g.mig_current == enabled {
+            g.mig_pending = enabled;
+            return Ok(MigActivation::Applied);
+        }
+        if has_vfs {
+            return Err(NvmlCode::IN_USE);
+        }
+        g.mig_pending = enabled;
+        Ok(MigActivation::PendingReset)
+    }
+
+    /// What holds a GPU so that a reset must wait: a VM on one of its VFs, a vGPU on a VF,
+    /// processes on a GPU instance or on the GPU (`nvidia-smi -r` refuses a GPU in use).
+    pub(crate) fn reset_blocker(&self, gpu: PciAddress) -> Option<&'static str> {
+        let vfs = self.vfs_of(gpu);
+        if vfs.iter().any(|(_, p)| p.open) {
+            return Some("in use (a VM holds one of its VFs)");
+        }
+        if vfs
+            .iter()
+            .any(|(_, p)| p.vf.as_ref().is_some_and(|v| v.vgpu_type.is_some()))
+        {
+            return Some("in use (a vGPU exists on one of its VFs)");
+        }
+        let g = self.gpus.get(&gpu)?;
+        if g.gis.iter().any(|x| x.in_use) {
+            return Some("in use (processes run on a GPU instance)");
+        }
+        if g.clients {
+            return Some("in use (client processes hold it)");
+        }
+        None
+    }
+
+    /// A GPU reset: a pending MIG mode takes effect and the GPU instances are gone.
+    pub(crate) fn reset_gpu(&mut self, gpu: PciAddress) {
+        if let Some(g) = self.gpus.get_mut(&gpu) {
+            g.mig_current = g.mig_pending;
+            g.gis.clear();
+        }
     }
 
     pub(crate) fn vfs_of(&self, pf: PciAddress) -> Vec<(PciAddress, &PciState)> {

@@ -25,6 +25,8 @@ pub(crate) fn derive(mut p: Profile) -> Profile {
         if let Some(s) = model.sriov.as_mut() {
             s.boot_vfs = 0;
         }
+        // A vGPU host's MIG mode changes wait for VFs off and a GPU reset (issue 13, fact 4).
+        model.mig_mode_needs_reset = model.mig.is_some() && !model.vgpu_types.is_empty();
     }
     p
 }

@@ -153,6 +153,15 @@ pub enum SimCommand {
         /// The GPU's PCI address.
         gpu: PciAddress,
     },
+    /// Reset a GPU (as `nvidia-smi -r` would): a pending MIG mode takes effect; refused while
+    /// its VFs or GPU instances are in use.
+    ResetGpu {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// The GPU's PCI address.
+        gpu: PciAddress,
+    },
 }
 
 /// A state directory argument.
@@ -290,6 +299,7 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
         } => Ok(open_dir(&state_dir)?.inject_xid(gpu, xid)?),
         SimCommand::RemoveGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.remove_gpu(gpu)?),
         SimCommand::AddGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.add_gpu(gpu)?),
+        SimCommand::ResetGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.reset_gpu(gpu)?),
     }
 }
 

@@ -220,3 +220,32 @@ fn bad_fault_spec_is_refused_and_changes_nothing() {
     let (_, listed, _) = vgpud(&["sim", "faults", "--state-dir", &state]);
     assert_eq!(listed.trim(), "[]");
 }
+
+#[test]
+fn sim_reset_gpu_commits_a_pending_mig_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("host");
+    let (code, _, stderr) = vgpud(&[
+        "sim",
+        "init",
+        "--profile",
+        "hgx-h200-vgpu",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let gpu = "0000:18:00.0";
+    let h = sim::SimHost::open(&state).unwrap();
+    h.nvml().set_mig_mode(0, true).unwrap();
+    assert!(!h.nvml().mig_mode(0).unwrap().current, "pending a reset");
+    let (code, _, stderr) = vgpud(&[
+        "sim",
+        "reset-gpu",
+        "--state-dir",
+        state.to_str().unwrap(),
+        gpu,
+    ]);
+    assert_eq!(code, 0, "reset-gpu failed: {stderr}");
+    let m = h.nvml().mig_mode(0).unwrap();
+    assert!(m.current && m.pending, "{m:?}");
+}

@@ -2,7 +2,14 @@
 //! time-sliced types and whole GPUs), and the step that gets the GPU there: asked for only
 //! while the GPU carries nothing, read back, and left to a GPU reset (which vgpud never does)
 //! when NVML keeps it pending.
+//!
+//! On an NVIDIA vGPU host the order is VFs off, mode change, GPU reset, VFs on, GPU instances
+//! (issue 13, fact 4): the driver refuses a change while the GPU has VFs (the step turns unused
+//! VFs off and asks again), and the change waits for a reset, which NVML cannot do (it has no
+//! reset call): the layout reports `pending` with the reset to do. After it the next apply or
+//! reconcile finds the mode on and creates the slices, which enable the VFs again.
 
+use gpu::{MigActivation, NvmlCode};
 use ids::PciAddress;
 
 use super::backend::mig_profile_id;
@@ -10,6 +17,7 @@ use super::error::{EngineError, Result, chain};
 use super::handle::Engine;
 use super::model::SliceKind;
 use super::resolve::mig_mode;
+use super::vfs;
 
 /// Where a GPU's MIG mode is for a layout.
 pub(super) enum ModeStep {
@@ -97,7 +105,7 @@ impl Engine {
             Err(e) => return Ok(ModeStep::Fail(chain(&e))),
         };
         let (nvml, index) = (host.nvml()?, host.nvml_index(gpu)?);
-        let set = |why: &str| -> std::result::Result<(), String> {
+        let set = |why: &str| {
             nvml.set_mig_mode(index, on).map_err(|e| {
                 chain(&host.nvml_err(
                     format!("cannot turn MIG mode {what} on GPU {gpu}{why}"),
@@ -115,13 +123,8 @@ impl Engine {
             }
             return Ok(ModeStep::Ready);
         }
-        let waits = || {
-            ModeStep::Wait(format!(
-                "GPU {gpu}: MIG mode change waits for a GPU reset (vgpud never resets a GPU)"
-            ))
-        };
         if mode.pending == on {
-            return Ok(waits());
+            return Ok(waits_for_reset(gpu, index, MigActivation::PendingReset));
         }
         if blocked {
             return Ok(ModeStep::Wait(format!(
@@ -135,16 +138,41 @@ impl Engine {
                 carried.join(", ")
             )));
         }
-        if let Err(why) = set("") {
-            return Ok(ModeStep::Fail(why));
-        }
+        let activation = match nvml.set_mig_mode(index, on) {
+            Ok(a) => a,
+            // A vGPU host refuses the change while the GPU has VFs: turn them off (nothing uses
+            // them: the GPU carries nothing) and ask again (issue 13, fact 4).
+            Err(e) if e.code == NvmlCode::IN_USE && !host.vfs(gpu)?.is_empty() => {
+                if let Err(e) = vfs::disable_if_unused(host, gpu, &[]) {
+                    return Ok(ModeStep::Wait(format!(
+                        "GPU {gpu}: MIG mode {what} waits for its VFs to be turned off: {}",
+                        chain(&e)
+                    )));
+                }
+                tracing::info!(%gpu, "VFs turned off for a MIG mode change");
+                match set("") {
+                    Ok(a) => a,
+                    Err(why) => return Ok(ModeStep::Fail(why)),
+                }
+            }
+            Err(e) => {
+                return Ok(ModeStep::Fail(chain(&host.nvml_err(
+                    format!("cannot turn MIG mode {what} on GPU {gpu}"),
+                    gpu,
+                    e,
+                ))));
+            }
+        };
         // NVML's answer is the commit point: read the mode back.
         match mig_mode(host, gpu) {
             Ok(Some(m)) if m.current == on => {
                 tracing::info!(%gpu, mode = what, "MIG mode changed for a layout");
                 Ok(ModeStep::Ready)
             }
-            Ok(_) => Ok(waits()),
+            Ok(_) => {
+                tracing::info!(%gpu, mode = what, status = ?activation, "MIG mode change pending");
+                Ok(waits_for_reset(gpu, index, activation))
+            }
             Err(e) => Ok(ModeStep::Fail(chain(&e))),
         }
     }
@@ -160,6 +188,22 @@ impl Engine {
             .map(|s| super::reconcile::describe(gpu, s))
             .collect()
     }
+}
+
+/// The wait for a GPU reset, with the action it needs: NVML has no reset call, so an operator
+/// resets the GPU (or reboots the host); the next apply or reconcile continues from there.
+fn waits_for_reset(gpu: PciAddress, index: u32, activation: MigActivation) -> ModeStep {
+    let why = match activation {
+        MigActivation::InUse => "(vgpud never resets a GPU)".to_owned(),
+        other => format!(
+            "(reset required, NVML activation status {}): reset the GPU (`nvidia-smi -r -i \
+             {index}`) or reboot the host; vgpud never resets a GPU",
+            other.code()
+        ),
+    };
+    ModeStep::Wait(format!(
+        "GPU {gpu}: MIG mode change waits for a GPU reset {why}"
+    ))
 }
 
 fn on_off(on: bool) -> &'static str {

@@ -178,7 +178,7 @@ impl Nvml for TimedNvml {
             n.mig_mode(i)
         })
     }
-    fn set_mig_mode(&self, i: u32, enabled: bool) -> NvmlResult<()> {
+    fn set_mig_mode(&self, i: u32, enabled: bool) -> NvmlResult<gpu::MigActivation> {
         self.call(Gate::NvmlIndex(i), "nvmlDeviceSetMigMode", move |n| {
             n.set_mig_mode(i, enabled)
         })
