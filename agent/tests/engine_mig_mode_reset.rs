@@ -10,17 +10,6 @@ use testkit::*;
 
 const H200: &str = "0000:18:00.0";
 
-fn numvfs(h: &SimHost) -> u32 {
-    read(h, &format!("/sys/bus/pci/devices/{H200}/sriov_numvfs"))
-        .parse()
-        .unwrap()
-}
-
-fn mode(h: &SimHost) -> (bool, bool) {
-    let m = h.nvml().mig_mode(0).unwrap();
-    (m.current, m.pending)
-}
-
 /// `sriov-manage -e` by hand (an operator's earlier set-up): every VF on, all on `nvidia`.
 fn sriov_manage_enable(h: &SimHost) {
     let dev = |a: &str| format!("/sys/bus/pci/devices/{H200}/{a}");
@@ -50,7 +39,7 @@ fn sriov_manage_enable(h: &SimHost) {
 fn a_mig_backed_layout_waits_for_a_reset_then_makes_vfs_instances_and_types() {
     let h = sim("hgx-h200-vgpu");
     sriov_manage_enable(&h);
-    assert_eq!(numvfs(&h), 32);
+    assert_eq!(numvfs(&h, H200), 32);
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
 
@@ -66,25 +55,29 @@ fn a_mig_backed_layout_waits_for_a_reset_then_makes_vfs_instances_and_types() {
             && r.contains("MIG mode change waits for a GPU reset")),
         "{st:?}"
     );
-    assert_eq!(numvfs(&h), 0, "the VFs were turned off for the change");
-    assert_eq!(mode(&h), (false, true));
+    assert_eq!(
+        numvfs(&h, H200),
+        0,
+        "the VFs were turned off for the change"
+    );
+    assert_eq!(mig_mode(&h, H200), (false, true));
     assert!(e.slices().is_empty());
 
     // Applying again waits the same way: nothing else changes.
     let report = e.reconcile().unwrap();
     assert_eq!(report.layouts[0].state, LayoutState::Pending);
-    assert_eq!((numvfs(&h), mode(&h)), (0, (false, true)));
+    assert_eq!((numvfs(&h, H200), mig_mode(&h, H200)), (0, (false, true)));
 
     // Step 2: the operator resets the GPU (`vgpud sim reset-gpu` here).
     h.reset_gpu(addr(H200)).unwrap();
-    assert_eq!(mode(&h), (true, true));
-    assert_eq!(numvfs(&h), 0);
+    assert_eq!(mig_mode(&h, H200), (true, true));
+    assert_eq!(numvfs(&h, H200), 0);
     assert!(h.nvml().gpu_instances(0).unwrap().is_empty());
 
     // Step 3: the next reconcile finishes it: VFs on, GPU instances, types.
     let report = e.reconcile().unwrap();
     assert_eq!(report.layouts[0].state, LayoutState::Applied, "{report:?}");
-    assert_eq!(numvfs(&h), 32);
+    assert_eq!(numvfs(&h, H200), 32);
     let gis = h.nvml().gpu_instances(0).unwrap();
     assert_eq!(gis.len(), 2, "{gis:?}");
     let slices = e.slices();
@@ -112,7 +105,7 @@ fn vfs_in_use_keep_the_mig_mode_change_waiting() {
     let held = e
         .allocate(request("vm1", "NVIDIA H200X-35C", Some(H200)))
         .unwrap();
-    assert_eq!(numvfs(&h), 32);
+    assert_eq!(numvfs(&h, H200), 32);
     let view = e
         .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-1-18C", 1)])])
         .unwrap();
@@ -124,8 +117,8 @@ fn vfs_in_use_keep_the_mig_mode_change_waiting() {
             .any(|r| r.contains("allocated to \"vm1\"")),
         "{st:?}"
     );
-    assert_eq!(numvfs(&h), 32, "VFs stay while one is allocated");
-    assert_eq!(mode(&h), (false, false), "nothing asked");
+    assert_eq!(numvfs(&h, H200), 32, "VFs stay while one is allocated");
+    assert_eq!(mig_mode(&h, H200), (false, false), "nothing asked");
     // Released: VFs off, the change pending a reset.
     e.release(held.id).unwrap();
     let st = &e.layouts().status[0];
@@ -134,5 +127,5 @@ fn vfs_in_use_keep_the_mig_mode_change_waiting() {
         st.reasons.iter().any(|r| r.contains("reset required")),
         "{st:?}"
     );
-    assert_eq!((numvfs(&h), mode(&h)), (0, (false, true)));
+    assert_eq!((numvfs(&h, H200), mig_mode(&h, H200)), (0, (false, true)));
 }

@@ -17,29 +17,14 @@ const T3G: &str = "1417";
 /// `NVIDIA H200X-35C`, time-sliced.
 const TS: &str = "1421";
 
-fn vgpu(t: &str, start: Option<u32>) -> SliceKind {
-    SliceKind::NvidiaVfio {
-        vgpu_type: t.parse().unwrap(),
-        start,
-    }
-}
-
 fn mig_on(h: &SimHost, gpu: &str) {
     h.set_mig_mode(addr(gpu), true).unwrap();
-}
-
-/// NVML's index of a GPU.
-fn index(h: &SimHost, gpu: &str) -> u32 {
-    let nvml = h.nvml();
-    (0..nvml.device_count().unwrap())
-        .find(|i| nvml.device_info(*i).unwrap().pci_address == addr(gpu))
-        .unwrap()
 }
 
 /// GPU instances on the GPU as (profile name, start, id).
 fn gis(h: &SimHost, gpu: &str) -> Vec<(String, u32, u32)> {
     let nvml = h.nvml();
-    let i = index(h, gpu);
+    let i = nvml_index(h, gpu);
     let profiles = nvml.gpu_instance_profiles(i).unwrap();
     let mut v: Vec<_> = nvml
         .gpu_instances(i)
@@ -91,14 +76,14 @@ fn a_mig_backed_vgpu_takes_a_gpu_instance_at_its_slot() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
     // MIG off: refused, nothing touched.
-    let err = create(&e, H200, vgpu(T1G, Some(3))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(3))).unwrap_err();
     assert_eq!(err.code(), "unsupported", "{err}");
     assert!(err.to_string().contains("MIG"), "{err}");
     assert!(host_slices(&h).is_empty());
     assert_eq!(e.pending_intents(), 0);
 
     mig_on(&h, H200);
-    let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
+    let a = create(&e, H200, vgpu_kind(T1G, Some(3))).unwrap();
     let (vf, start, profile) = mig_vgpu_parts(&a);
     assert_eq!((start, profile.as_str()), (3, "1g.18gb"));
     assert_eq!(vf_type(&h, vf), T1G);
@@ -114,7 +99,7 @@ fn a_mig_backed_vgpu_takes_a_gpu_instance_at_its_slot() {
     assert_eq!(a.state, SliceState::Ready);
 
     // Without a start the engine chooses a free slot; the same slot again is a conflict.
-    let b = create(&e, H200, vgpu(T3G, None)).unwrap();
+    let b = create(&e, H200, vgpu_kind(T3G, None)).unwrap();
     let (vf_b, start_b, _) = mig_vgpu_parts(&b);
     assert_ne!(vf_b, vf);
     assert!(
@@ -122,21 +107,25 @@ fn a_mig_backed_vgpu_takes_a_gpu_instance_at_its_slot() {
         "3g starts at 0 or 4: {start_b}"
     );
     assert_eq!(
-        create(&e, H200, vgpu(T1G, Some(3))).unwrap_err().code(),
+        create(&e, H200, vgpu_kind(T1G, Some(3)))
+            .unwrap_err()
+            .code(),
         "conflict"
     );
     // A slot the profile does not allow, a start on a time-sliced type, a time-sliced type
     // while MIG is on.
     assert_eq!(
-        create(&e, H200, vgpu(T3G, Some(2))).unwrap_err().code(),
+        create(&e, H200, vgpu_kind(T3G, Some(2)))
+            .unwrap_err()
+            .code(),
         "invalid_request"
     );
     assert_eq!(
-        create(&e, H200, vgpu(TS, Some(0))).unwrap_err().code(),
+        create(&e, H200, vgpu_kind(TS, Some(0))).unwrap_err().code(),
         "invalid_request"
     );
     assert_eq!(
-        create(&e, H200, vgpu(TS, None)).unwrap_err().code(),
+        create(&e, H200, vgpu_kind(TS, None)).unwrap_err().code(),
         "unsupported"
     );
     assert_eq!(e.slices().len(), 2);
@@ -211,7 +200,7 @@ fn a_failed_step_rolls_back_what_the_create_made() {
             "nvml:nvmlDeviceCreateGpuInstanceWithPlacement@{H200}=INSUFFICIENT_RESOURCES,times=1"
         ),
     );
-    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(0))).unwrap_err();
     assert_eq!(err.code(), "no_capacity", "{err}");
     assert!(host_slices(&h).is_empty());
     assert_eq!(e.pending_intents(), 0);
@@ -221,7 +210,7 @@ fn a_failed_step_rolls_back_what_the_create_made() {
         &h,
         "write:/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type=EIO,times=1",
     );
-    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(0))).unwrap_err();
     assert_eq!(err.errno(), Some(libc::EIO), "{err}");
     assert!(gis(&h, H200).is_empty(), "the GI was rolled back");
     assert_eq!(typed_vfs(&h), 0);
@@ -231,7 +220,7 @@ fn a_failed_step_rolls_back_what_the_create_made() {
     // Someone else's unused GPU instance of the same profile: the driver could put our vGPU
     // there, so the create is refused and only our own instance goes.
     let nvml = h.nvml();
-    let i = index(&h, H200);
+    let i = nvml_index(&h, H200);
     let p = nvml
         .gpu_instance_profiles(i)
         .unwrap()
@@ -241,7 +230,7 @@ fn a_failed_step_rolls_back_what_the_create_made() {
     let foreign = nvml
         .create_gpu_instance(i, p.id, gpu::Placement { start: 6, size: 1 })
         .unwrap();
-    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(0))).unwrap_err();
     assert_eq!(err.code(), "conflict", "{err}");
     assert_eq!(gis(&h, H200), vec![("1g.18gb".into(), 6, foreign.id)]);
     assert_eq!(typed_vfs(&h), 0);
@@ -250,7 +239,7 @@ fn a_failed_step_rolls_back_what_the_create_made() {
     let report = e.reconcile().unwrap();
     assert_eq!(report.foreign.len(), 1, "{report:?}");
     nvml.destroy_gpu_instance(i, foreign.id).unwrap();
-    create(&e, H200, vgpu(T1G, Some(0))).unwrap();
+    create(&e, H200, vgpu_kind(T1G, Some(0))).unwrap();
 }
 
 #[test]
@@ -270,7 +259,7 @@ fn a_create_stopped_between_its_steps_is_rolled_back_by_the_next_reconcile() {
             &h,
             "write:/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type=EIO,times=1",
         );
-        create(&e, H200, vgpu(T1G, Some(2))).unwrap_err();
+        create(&e, H200, vgpu_kind(T1G, Some(2))).unwrap_err();
         assert_eq!(
             e.pending_intents(),
             1,
@@ -298,8 +287,8 @@ fn mig_backed_vgpus_come_back_after_a_reboot_in_the_same_place() {
     mig_on(&h, H200);
     let (before, allocs, gis_before) = {
         let e = engine(&h, &state);
-        create(&e, H200, vgpu(T1G, Some(5))).unwrap();
-        create(&e, H200, vgpu(T3G, Some(0))).unwrap();
+        create(&e, H200, vgpu_kind(T1G, Some(5))).unwrap();
+        create(&e, H200, vgpu_kind(T3G, Some(0))).unwrap();
         // Two: the free 1g slice is reused (free owned slices first) and one more is made.
         let mut two = request("nova", "NVIDIA H200X-1-18C", Some(H200));
         two.request.count = 2;
@@ -345,11 +334,6 @@ fn mig_backed_vgpus_come_back_after_a_reboot_in_the_same_place() {
     assert!(again.recreated.is_empty(), "{again:?}");
 }
 
-fn mode(h: &SimHost, gpu: &str) -> (bool, bool) {
-    let m = h.nvml().mig_mode(index(h, gpu)).unwrap();
-    (m.current, m.pending)
-}
-
 fn kinds_on(e: &agent::engine::Engine, gpu: &str) -> Vec<String> {
     let mut v: Vec<String> = e
         .slices()
@@ -366,13 +350,13 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
     let h = sim("hgx-h200");
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
-    assert_eq!(mode(&h, H200), (false, false));
+    assert_eq!(mig_mode(&h, H200), (false, false));
     // MIG-backed types: MIG goes on, then the GPU instances and vGPUs are made.
     let view = e
         .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-1-18C", 2)])])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
-    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(mig_mode(&h, H200), (true, true));
     assert_eq!(gis(&h, H200).len(), 2);
     assert_eq!(typed_vfs(&h), 2);
     // Time-sliced types: the MIG-backed slices go, MIG goes off, the new vGPUs come.
@@ -380,14 +364,14 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
         .set_layouts(vec![gpu_layout(H200, &[("NVIDIA H200X-35C", 2)])])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
-    assert_eq!(mode(&h, H200), (false, false));
+    assert_eq!(mig_mode(&h, H200), (false, false));
     assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1421"; 2]);
     // A MIG profile named while MIG is off: accepted, MIG on, the instance made.
     let view = e
         .set_layouts(vec![gpu_layout(H200, &[("2g.35gb", 1)])])
         .unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
-    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(mig_mode(&h, H200), (true, true));
     assert_eq!(kinds_on(&e, H200).len(), 1);
     assert!(kinds_on(&e, H200)[0].starts_with("MIG 2g.35gb"));
     // Whole-GPU passthrough needs MIG off too.
@@ -399,7 +383,7 @@ fn layouts_turn_mig_mode_on_and_off_for_their_slices() {
     // One GPU cannot want both modes: refused before anything is touched.
     let mixed = gpu_layout(H200B, &[("NVIDIA H200X-1-18C", 1), ("NVIDIA H200X-35C", 1)]);
     refused_untouched(&e, mixed, "MIG mode on");
-    assert_eq!(mode(&h, H200B), (false, false));
+    assert_eq!(mig_mode(&h, H200B), (false, false));
 }
 
 /// A layout refused with `invalid_request` (its reason naming `why`) leaves the declared
@@ -424,7 +408,7 @@ fn a_layout_can_set_mig_mode_without_slices_and_must_agree_with_them() {
     // An empty layout with `mig: true` (mig-parted's `mig-enabled: true` with no devices).
     let view = e.set_layouts(vec![with_mode(&[], true)]).unwrap();
     assert_eq!(view.status[0].state, LayoutState::Applied, "{view:?}");
-    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(mig_mode(&h, H200), (true, true));
     // mig-parted's `all-disabled` turns it off again.
     let yaml = "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n";
     let off = agent::engine::import::mig_parted_layouts(yaml, "all-disabled").unwrap();
@@ -433,14 +417,14 @@ fn a_layout_can_set_mig_mode_without_slices_and_must_agree_with_them() {
         view.status.iter().all(|s| s.state == LayoutState::Applied),
         "{view:?}"
     );
-    assert_eq!(mode(&h, H200), (false, false));
+    assert_eq!(mig_mode(&h, H200), (false, false));
     // A declared mode the slices contradict is refused before anything is touched.
     refused_untouched(
         &e,
         with_mode(&[("NVIDIA H200X-1-18C", 1)], false),
         "layout sets it off",
     );
-    assert_eq!(mode(&h, H200), (false, false));
+    assert_eq!(mig_mode(&h, H200), (false, false));
 }
 
 #[test]
@@ -463,11 +447,11 @@ fn a_mig_mode_change_waits_for_allocated_and_foreign_slices() {
             && st.reasons.iter().any(|r| r.contains("MIG mode on waits")),
         "{st:?}"
     );
-    assert_eq!(mode(&h, H200), (false, false), "nothing changed");
+    assert_eq!(mig_mode(&h, H200), (false, false), "nothing changed");
     e.release(held.id).unwrap();
     let st = &e.layouts().status[0];
     assert_eq!(st.state, LayoutState::Applied, "{st:?}");
-    assert_eq!(mode(&h, H200), (true, true));
+    assert_eq!(mig_mode(&h, H200), (true, true));
     assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1414"]);
 
     // A vGPU someone else made: reported, never touched, the change waits for it.
@@ -488,7 +472,7 @@ fn a_mig_mode_change_waits_for_allocated_and_foreign_slices() {
             .any(|r| r.contains("carries") && r.contains(vf)),
         "{st:?}"
     );
-    assert_eq!(mode(&h, H200B), (false, false));
+    assert_eq!(mig_mode(&h, H200B), (false, false));
     assert_eq!(
         vf_type(&h, vf.parse().unwrap()),
         TS,
@@ -506,7 +490,7 @@ fn a_mig_mode_change_waits_for_allocated_and_foreign_slices() {
         .find(|s| s.gpu == addr(H200B))
         .unwrap();
     assert_eq!(st.state, LayoutState::Applied, "{st:?}");
-    assert_eq!(mode(&h, H200B), (true, true));
+    assert_eq!(mig_mode(&h, H200B), (true, true));
 }
 
 #[test]
@@ -530,12 +514,12 @@ fn a_mig_mode_change_nvml_leaves_pending_waits_for_a_reset() {
                 .any(|r| r.contains("MIG mode change waits for a GPU reset")),
             "{st:?}"
         );
-        assert_eq!(mode(&h, H200), (false, true));
+        assert_eq!(mig_mode(&h, H200), (false, true));
         // Applying again waits the same way: no second request, no reset.
         let report = e.reconcile().unwrap();
         assert_eq!(report.layouts[0].state, LayoutState::Pending);
         assert!(e.slices().is_empty());
-        assert_eq!(mode(&h, H200), (false, true));
+        assert_eq!(mig_mode(&h, H200), (false, true));
     }
     // The reset comes with a reboot; the next start completes the layout.
     h.reboot().unwrap();
@@ -543,7 +527,7 @@ fn a_mig_mode_change_nvml_leaves_pending_waits_for_a_reset() {
     let e = engine(&h2, &state);
     let report = e.reconcile().unwrap();
     assert_eq!(report.layouts[0].state, LayoutState::Applied, "{report:?}");
-    assert_eq!(mode(&h2, H200), (true, true));
+    assert_eq!(mig_mode(&h2, H200), (true, true));
     assert_eq!(kinds_on(&e, H200), vec!["vGPU type 1414"]);
 }
 
@@ -554,9 +538,9 @@ fn a_passthrough_layout_turns_mig_off_on_an_idle_a100_only() {
     let e = engine(&h, dir.path());
     const A100: &str = "0000:07:00.0";
     const A100B: &str = "0000:0f:00.0";
-    assert_eq!(mode(&h, A100B), (true, true));
+    assert_eq!(mig_mode(&h, A100B), (true, true));
     // Someone else's GPU instance on the second GPU keeps its mode.
-    let i = index(&h, A100B);
+    let i = nvml_index(&h, A100B);
     let nvml = h.nvml();
     let p = nvml
         .gpu_instance_profiles(i)
@@ -579,7 +563,7 @@ fn a_passthrough_layout_turns_mig_off_on_an_idle_a100_only() {
         of(A100B).reasons.iter().any(|r| r.contains("MIG 1g.10gb")),
         "{view:?}"
     );
-    assert_eq!(mode(&h, A100B), (true, true));
+    assert_eq!(mig_mode(&h, A100B), (true, true));
     assert_eq!(gis(&h, A100B).len(), 1, "foreign instance untouched");
 }
 
@@ -631,7 +615,7 @@ fn one_decision_gives_a_mig_backed_vgpu_its_gpu_and_slot_and_the_dry_run_agrees(
     assert_eq!(at, u32::from(*start), "at the slot the dry run said");
     assert_eq!(
         v.spec.kind,
-        vgpu(T1G, Some(at)),
+        vgpu_kind(T1G, Some(at)),
         "the decided slot is the spec's"
     );
     assert!(gis(&h, H200).is_empty());
@@ -714,7 +698,7 @@ fn nvidia_attr(vf: ids::PciAddress, name: &str) -> String {
 /// NVML's `1g.18gb` profile id on the GPU.
 fn profile_1g(h: &SimHost, gpu: &str) -> u32 {
     h.nvml()
-        .gpu_instance_profiles(index(h, gpu))
+        .gpu_instance_profiles(nvml_index(h, gpu))
         .unwrap()
         .into_iter()
         .find(|p| p.name.to_string() == "1g.18gb")
@@ -742,7 +726,7 @@ fn a_created_vgpu_reads_back_the_gpu_instance_at_its_slot() {
         vfio::vgpu_gpu_instance(h.sysfs().as_ref(), untyped).unwrap(),
         None
     );
-    let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
+    let a = create(&e, H200, vgpu_kind(T1G, Some(3))).unwrap();
     let (vf, _, _) = mig_vgpu_parts(&a);
     let gi = a.handles.gpu_instance_id.unwrap();
     assert_eq!(
@@ -766,7 +750,7 @@ fn the_driver_choosing_another_gpu_instance_is_refused_and_undone() {
     let e = engine(&h, dir.path());
     mig_on(&h, H200);
     let nvml = h.nvml();
-    let i = index(&h, H200);
+    let i = nvml_index(&h, H200);
     let p = profile_1g(&h, H200);
     // Someone's GPU instance with a compute instance at slot 0, and their vGPU written by hand:
     // the driver takes an instance with compute instances (field reports).
@@ -787,7 +771,7 @@ fn the_driver_choosing_another_gpu_instance_is_refused_and_undone() {
     let spare = nvml
         .create_gpu_instance(i, p, gpu::Placement { start: 1, size: 1 })
         .unwrap();
-    let err = create(&e, H200, vgpu(T1G, Some(3))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(3))).unwrap_err();
     assert_eq!(err.code(), "conflict", "{err}");
     let why = err.to_string();
     assert!(
@@ -814,7 +798,7 @@ fn a_vgpu_the_driver_moved_to_another_gpu_instance_is_seen_as_changed() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
     mig_on(&h, H200);
-    let a = create(&e, H200, vgpu(T1G, Some(3))).unwrap();
+    let a = create(&e, H200, vgpu_kind(T1G, Some(3))).unwrap();
     let (vf, _, _) = mig_vgpu_parts(&a);
     let ours = a.handles.gpu_instance_id.unwrap();
     // Behind the engine's back: the vGPU removed and written again while a lower-id unused
@@ -823,7 +807,7 @@ fn a_vgpu_the_driver_moved_to_another_gpu_instance_is_seen_as_changed() {
     let other = h
         .nvml()
         .create_gpu_instance(
-            index(&h, H200),
+            nvml_index(&h, H200),
             profile_1g(&h, H200),
             gpu::Placement { start: 1, size: 1 },
         )

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use agent::engine::{Identity, LayoutState, SliceKind, SliceState};
+use agent::engine::{Identity, LayoutState, SliceState};
 use ids::PciAddress;
 use sim::{Profile, SimHost, VgpuInUseErrno};
 use testkit::*;
@@ -17,22 +17,9 @@ const TS: &str = "1421";
 /// `NVIDIA H200X-1-18C`, MIG-backed on `1g.18gb`.
 const T1G: &str = "1414";
 
-fn vgpu(t: &str, start: Option<u32>) -> SliceKind {
-    SliceKind::NvidiaVfio {
-        vgpu_type: t.parse().unwrap(),
-        start,
-    }
-}
-
-fn numvfs(h: &SimHost) -> u32 {
-    read(h, &format!("/sys/bus/pci/devices/{H200}/sriov_numvfs"))
-        .parse()
-        .unwrap()
-}
-
 /// The VFs of the GPU, from its `virtfn<i>` links, in index order.
 fn vf_list(h: &SimHost) -> Vec<PciAddress> {
-    (0..numvfs(h))
+    (0..numvfs(h, H200))
         .map(|i| {
             let link = format!("/sys/bus/pci/devices/{H200}/virtfn{i}");
             sysfs::SysfsExt::link_name(fs(h).as_ref(), std::path::Path::new(&link))
@@ -55,7 +42,7 @@ fn vgpu_type_of(h: &SimHost, vf: PciAddress) -> u32 {
 /// What the driver shows after `sriov-manage -e`: every VF, the PF and every VF on `nvidia`,
 /// the unbind lock given back.
 fn assert_sriov_manage_done(h: &SimHost) {
-    assert_eq!(numvfs(h), 32);
+    assert_eq!(numvfs(h, H200), 32);
     assert_eq!(driver(h, addr(H200)).as_deref(), Some("nvidia"));
     assert_eq!(
         read(h, &format!("/sys/bus/pci/devices/{H200}/driver_override")),
@@ -79,8 +66,8 @@ fn a_create_enables_nvidia_vfs_through_the_sriov_manage_sequence() {
     let h = sim("hgx-h200-vgpu");
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
-    assert_eq!(numvfs(&h), 0);
-    let s = create(&e, H200, vgpu(TS, None)).unwrap();
+    assert_eq!(numvfs(&h, H200), 0);
+    let s = create(&e, H200, vgpu_kind(TS, None)).unwrap();
     assert_sriov_manage_done(&h);
     let Identity::Vf { address, .. } = s.identity else {
         panic!("{:?}", s.identity)
@@ -108,7 +95,7 @@ fn a_layout_on_the_vgpu_host_goes_sriov_manage_then_types_then_slices() {
         });
         // Step 1 done, step 2 not yet: VFs on nvidia, no type, no slice.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !(numvfs(&h) == 32
+        while !(numvfs(&h, H200) == 32
             && vf_list(&h)
                 .iter()
                 .all(|vf| driver(&h, *vf).as_deref() == Some("nvidia")))
@@ -157,13 +144,13 @@ fn enabling_vfs_over_an_allocated_gpu_instance_is_refused_naming_it() {
         .unwrap();
     assert_eq!(a.slices, vec![mig.id]);
     // A MIG-backed vGPU needs VFs; enabling them would destroy the allocated instance.
-    let err = create(&e, H200, vgpu(T1G, Some(2))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(2))).unwrap_err();
     assert_eq!(err.code(), "conflict", "{err}");
     let text = err.to_string();
     assert!(text.contains(&mig.id.to_string()), "{text}");
     assert!(text.contains("tenant-a"), "{text}");
     assert!(text.contains("destroys every MIG GPU instance"), "{text}");
-    assert_eq!(numvfs(&h), 0, "nothing was enabled");
+    assert_eq!(numvfs(&h, H200), 0, "nothing was enabled");
     assert_eq!(
         h.nvml().gpu_instances(0).unwrap().len(),
         1,
@@ -171,7 +158,7 @@ fn enabling_vfs_over_an_allocated_gpu_instance_is_refused_naming_it() {
     );
     // Released, the instance is ours and free: it is destroyed first, then the VFs come.
     e.release(a.id).unwrap();
-    let v = create(&e, H200, vgpu(T1G, Some(2))).unwrap();
+    let v = create(&e, H200, vgpu_kind(T1G, Some(2))).unwrap();
     assert_sriov_manage_done(&h);
     assert!(
         e.slice(mig.id).is_err(),
@@ -206,11 +193,11 @@ fn enabling_vfs_over_a_foreign_gpu_instance_is_refused() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
-    let err = create(&e, H200, vgpu(T1G, Some(0))).unwrap_err();
+    let err = create(&e, H200, vgpu_kind(T1G, Some(0))).unwrap_err();
     assert_eq!(err.code(), "conflict", "{err}");
     assert!(err.to_string().contains("is not vgpud's"), "{err}");
     assert_eq!(nvml.gpu_instances(0).unwrap().len(), 1);
-    assert_eq!(numvfs(&h), 0);
+    assert_eq!(numvfs(&h, H200), 0);
 }
 
 #[test]
@@ -219,7 +206,7 @@ fn a_type_the_driver_refuses_with_eio_is_no_capacity_with_its_words() {
     let dir = tempfile::tempdir().unwrap();
     let (id, vf) = {
         let e = engine(&h, dir.path());
-        let s = create(&e, H200, vgpu(TS, None)).unwrap();
+        let s = create(&e, H200, vgpu_kind(TS, None)).unwrap();
         let Identity::Vf { address, .. } = s.identity else {
             panic!()
         };
@@ -252,7 +239,7 @@ fn removal_refused(in_use: VgpuInUseErrno) -> String {
     let h = SimHost::new(profile).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
-    let s = create(&e, H200, vgpu(TS, None)).unwrap();
+    let s = create(&e, H200, vgpu_kind(TS, None)).unwrap();
     let Identity::Vf { address, .. } = s.identity else {
         panic!()
     };

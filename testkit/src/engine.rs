@@ -132,6 +132,36 @@ pub fn vm_request(consumer: &str, vm: &str, t: &str, policy: NumaPolicy) -> Allo
     }
 }
 
+/// A vendor-VFIO vGPU slice kind of type `t` (a MIG-backed type at an explicit GI slot or the
+/// engine's choice).
+pub fn vgpu_kind(t: &str, start: Option<u32>) -> SliceKind {
+    SliceKind::NvidiaVfio {
+        vgpu_type: t.parse().unwrap(),
+        start,
+    }
+}
+
+/// How many VFs the PCI function `pf` has enabled.
+pub fn numvfs(sim: &SimHost, pf: &str) -> u32 {
+    read(sim, &format!("/sys/bus/pci/devices/{pf}/sriov_numvfs"))
+        .parse()
+        .unwrap()
+}
+
+/// NVML's index of a GPU of the simulated host.
+pub fn nvml_index(sim: &SimHost, gpu: &str) -> u32 {
+    let nvml = sim.nvml();
+    (0..nvml.device_count().unwrap())
+        .find(|i| nvml.device_info(*i).unwrap().pci_address == addr(gpu))
+        .unwrap()
+}
+
+/// A GPU's MIG mode as NVML reports it: (current, pending).
+pub fn mig_mode(sim: &SimHost, gpu: &str) -> (bool, bool) {
+    let m = sim.nvml().mig_mode(nvml_index(sim, gpu)).unwrap();
+    (m.current, m.pending)
+}
+
 /// A layout for one GPU: `entries` are (slice type, count); no AMD partition, MIG mode as the
 /// slices imply.
 pub fn gpu_layout(gpu: &str, entries: &[(&str, u32)]) -> Layout {
