@@ -34,14 +34,7 @@ impl CommandRunner for FakeRunner {
 }
 
 fn nvidia_host(with_tool: bool) -> Host {
-    let host = Host::two_socket();
-    host.pci(
-        "pci0000:40/0000:40:01.1/0000:41:00.0",
-        "0x10de",
-        "0x2335",
-        "0x030200",
-    )
-    .sriov(16, &[]);
+    let host = Host::two_socket_sriov();
     if with_tool {
         host.tree.file(SRIOV_MANAGE, "#!/bin/sh\n");
     }

@@ -98,15 +98,7 @@ fn vfio_node() {
 // ---- SR-IOV ----
 
 fn sriov_host() -> Host {
-    let host = Host::two_socket();
-    host.pci(
-        "pci0000:40/0000:40:01.1/0000:41:00.0",
-        "0x10de",
-        "0x2335",
-        "0x030200",
-    )
-    .sriov(16, &[]);
-    host
+    Host::two_socket_sriov()
 }
 
 #[test]

@@ -17,6 +17,8 @@ pub trait PciHost: Sized {
     /// 0000:41:00.0 whose own `numa_node` is -1, bound to `nvidia`, IOMMU group 40; and an
     /// Intel NIC at 0000:00:1f.6 on node 0, unbound, group 12.
     fn two_socket() -> Self;
+    /// [`PciHost::two_socket`] with the H200 an SR-IOV PF of 16 VFs, none enabled.
+    fn two_socket_sriov() -> Self;
 }
 
 impl PciHost for Host {
@@ -68,6 +70,18 @@ impl PciHost for Host {
         host.pci("pci0000:00/0000:00:1f.6", "0x8086", "0x15fa", "0x020000")
             .attr("numa_node", "0")
             .iommu_group(12);
+        host
+    }
+
+    fn two_socket_sriov() -> Self {
+        let host = Self::two_socket();
+        host.pci(
+            "pci0000:40/0000:40:01.1/0000:41:00.0",
+            "0x10de",
+            "0x2335",
+            "0x030200",
+        )
+        .sriov(16, &[]);
         host
     }
 }
