@@ -154,6 +154,18 @@ fn rows(z: &Sizes) -> [Row; 7] {
     })
 }
 
+/// Profile names of the 80 GB parts (A100 80GB and H100 80GB): the same rows, the same
+/// memory proportions.
+const NAMES_80GB: [&str; 7] = [
+    "1g.10gb",
+    "1g.10gb+me",
+    "1g.20gb",
+    "2g.20gb",
+    "3g.40gb",
+    "4g.40gb",
+    "7g.80gb",
+];
+
 /// Ampere engines per profile: NVIDIA MIG User Guide, "Supported MIG Profiles", A100 table
 /// (A100-SXM4-40GB; the 80GB product has the same rows with doubled memory): 1g.5gb
 /// 0 NVDEC/0 JPEG/0 OFA, 1g.5gb+me 1/1/1, 1g.10gb 1/0/0, 2g.10gb 1/0/0, 3g.20gb 2/0/0,
@@ -212,15 +224,7 @@ impl MigFamily {
             // Same guide table; "for A100-SXM4-80GB, the profile names will change according
             // to the memory proportion".
             MigFamily::A100With80Gb => Sizes {
-                names: [
-                    "1g.10gb",
-                    "1g.10gb+me",
-                    "1g.20gb",
-                    "2g.20gb",
-                    "3g.40gb",
-                    "4g.40gb",
-                    "7g.80gb",
-                ],
+                names: NAMES_80GB,
                 mib: [9728, 19968, 40192, 81152],
                 sms: AMPERE_SMS,
                 media: AMPERE_MEDIA,
@@ -229,15 +233,7 @@ impl MigFamily {
             // `nvidia-smi mig -lgip` on an H100 80GB: 9.75 / 19.62 / 39.50 GiB. The 7g row's
             // 80896 MiB is kept from the earlier table: no published listing was found for it.
             MigFamily::H100With80Gb => Sizes {
-                names: [
-                    "1g.10gb",
-                    "1g.10gb+me",
-                    "1g.20gb",
-                    "2g.20gb",
-                    "3g.40gb",
-                    "4g.40gb",
-                    "7g.80gb",
-                ],
+                names: NAMES_80GB,
                 mib: [9984, 20096, 40448, 80896],
                 sms: HOPPER_SMS,
                 media: HOPPER_MEDIA,
