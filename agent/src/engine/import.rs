@@ -217,6 +217,17 @@ pub struct ImportReport {
     pub skipped: Vec<String>,
 }
 
+impl ImportReport {
+    /// Files one definition's outcome: adopted, created, or skipped with why (`what` names it).
+    fn record(&mut self, what: impl std::fmt::Display, imported: Result<(SliceId, bool)>) {
+        match imported {
+            Ok((id, true)) => self.adopted.push(id),
+            Ok((id, false)) => self.created.push(id),
+            Err(e) => self.skipped.push(format!("{what}: {e}")),
+        }
+    }
+}
+
 /// How the declared layouts would change, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayoutChanges {
@@ -359,11 +370,7 @@ impl Engine {
         for (parent, uuid, path) in definition_files(dir)? {
             let imported = read_definition(&path)
                 .and_then(|text| self.import_one(&MdevctlFile { parent, uuid, text }));
-            match imported {
-                Ok((id, true)) => report.adopted.push(id),
-                Ok((id, false)) => report.created.push(id),
-                Err(e) => report.skipped.push(format!("{}: {e}", path.display())),
-            }
+            report.record(path.display(), imported);
         }
         Ok(report)
     }
@@ -372,13 +379,8 @@ impl Engine {
     pub fn import_mdevctl_files(&self, files: &[MdevctlFile]) -> ImportReport {
         let mut report = ImportReport::default();
         for file in files {
-            match self.import_one(file) {
-                Ok((id, true)) => report.adopted.push(id),
-                Ok((id, false)) => report.created.push(id),
-                Err(e) => report
-                    .skipped
-                    .push(format!("{}/{}: {e}", file.parent, file.uuid)),
-            }
+            let what = format!("{}/{}", file.parent, file.uuid);
+            report.record(what, self.import_one(file));
         }
         report
     }
