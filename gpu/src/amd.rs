@@ -134,6 +134,11 @@ pub trait AmdSmi: Send + Sync + fmt::Debug {
     fn partition(&self, gpu: PciAddress) -> AmdResult<PartitionState>;
     /// Sets the compute partition mode; `BUSY` while VFs are enabled.
     fn set_compute_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()>;
-    /// Sets the memory partition mode; `BUSY` while VFs are enabled.
+    /// Asks for a memory partition mode; `BUSY` while VFs are enabled. On bare-metal amdgpu the
+    /// mode is only requested: it applies when the driver next loads, so [`AmdSmi::partition`]
+    /// keeps showing the old one until then.
     fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()>;
+    /// The GPU's XGMI hive id; `None` when it is in no hive. The GPUs of one hive share one
+    /// memory partition request.
+    fn xgmi_hive(&self, gpu: PciAddress) -> AmdResult<Option<u64>>;
 }

@@ -159,6 +159,14 @@ impl AmdSmi for AmdSmiLibrary {
             AmdStatus::NOT_SUPPORTED,
         ))
     }
+
+    /// Left to sysfs: `amdsmi_get_xgmi_info`'s struct layout differs between ROCm releases.
+    fn xgmi_hive(&self, _gpu: PciAddress) -> AmdResult<Option<u64>> {
+        Err(AmdError::new(
+            "amdsmi_get_xgmi_info",
+            AmdStatus::NOT_SUPPORTED,
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ use crate::amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionSt
 use crate::amd_real::{AmdSmiLibrary, FAIL_LOAD_SYMBOL};
 
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+/// The call named when sysfs is asked for AMD VF counts.
+const SRIOV_CALL: &str = "sriov_numvfs (AMD VFs are GIM's, through its host AMD SMI)";
 const MIB: u64 = 1024 * 1024;
 
 /// `AMDSMI_STATUS_IO`: the kernel refused for a reason with no closer status.
@@ -208,10 +210,6 @@ impl AmdSysfs {
         }
     }
 
-    fn read_u32(&self, call: &'static str, path: &Path) -> AmdResult<u32> {
-        self.fs.read_parse::<u32>(path).map_err(|e| fail(call, &e))
-    }
-
     fn write(&self, call: &'static str, path: &Path, value: &str) -> AmdResult<()> {
         self.fs.write_str(path, value).map_err(|e| fail(call, &e))
     }
@@ -278,40 +276,19 @@ impl AmdSmi for AmdSysfs {
         Ok(out)
     }
 
+    /// `NOT_SUPPORTED`: the kernel gives no control over an AMD GPU's VFs. Neither amdgpu
+    /// (`amdgpu_kms_pci_driver` has no `sriov_configure`) nor GIM implements `sriov_numvfs`;
+    /// GIM makes the VFs itself (its `vf_num` parameter, or GIM's host AMD SMI). The VFs that
+    /// exist are still in `sriov_numvfs` for anyone reading the PCI device.
     fn num_vf(&self, gpu: PciAddress) -> AmdResult<VfCount> {
-        let dir = self.amd_device(gpu)?;
-        Ok(VfCount {
-            enabled: self.read_u32("sysfs sriov_numvfs", &dir.join("sriov_numvfs"))?,
-            supported: self.read_u32("sysfs sriov_totalvfs", &dir.join("sriov_totalvfs"))?,
-        })
+        self.amd_device(gpu)?;
+        Err(AmdError::new(SRIOV_CALL, AmdStatus::NOT_SUPPORTED))
     }
 
-    /// Goes through 0 when changing a non-zero count (the kernel refuses non-zero to non-zero
-    /// with `EBUSY`), then reads the count back: the kernel may enable fewer than asked and
-    /// still succeed, which is reported as `OUT_OF_RESOURCES`. A count above `sriov_totalvfs` is
-    /// refused before anything is written, so existing VFs survive a bad request.
-    fn set_num_vf(&self, gpu: PciAddress, count: u32) -> AmdResult<()> {
-        const CALL: &str = "sysfs sriov_numvfs write";
-        let current = self.num_vf(gpu)?;
-        if count > current.supported {
-            return Err(AmdError::new(CALL, AmdStatus::INVAL));
-        }
-        if count == current.enabled {
-            return Ok(());
-        }
-        let path = self.device_dir(gpu).join("sriov_numvfs");
-        if current.enabled != 0 {
-            self.write(CALL, &path, "0")?;
-        }
-        if count != 0 {
-            self.write(CALL, &path, &count.to_string())?;
-        }
-        let enabled = self.read_u32("sysfs sriov_numvfs", &path)?;
-        if enabled != count {
-            tracing::warn!(%gpu, asked = count, enabled, "the kernel enabled a different VF count");
-            return Err(AmdError::new(CALL, STATUS_OUT_OF_RESOURCES));
-        }
-        Ok(())
+    /// `NOT_SUPPORTED`, writing nothing (see [`AmdSysfs::num_vf`]).
+    fn set_num_vf(&self, gpu: PciAddress, _count: u32) -> AmdResult<()> {
+        self.amd_device(gpu)?;
+        Err(AmdError::new(SRIOV_CALL, AmdStatus::NOT_SUPPORTED))
     }
 
     fn partition(&self, gpu: PciAddress) -> AmdResult<PartitionState> {
@@ -330,9 +307,22 @@ impl AmdSmi for AmdSysfs {
         self.set_partition(gpu, &COMPUTE, mode)
     }
 
-    /// As [`AmdSysfs::set_compute_partition`], for `NPS*` modes.
+    /// As [`AmdSysfs::set_compute_partition`], for `NPS*` modes. amdgpu only records the
+    /// request: it applies when the driver next loads (kernel commit "drm/amdgpu: Place NPS
+    /// mode request on unload"), so `current_memory_partition` shows the old mode until then.
     fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()> {
         self.set_partition(gpu, &MEMORY, mode)
+    }
+
+    /// `<dev>/xgmi_hive_info/xgmi_hive_id` (amdgpu_xgmi.c, decimal); absent or 0: no hive.
+    fn xgmi_hive(&self, gpu: PciAddress) -> AmdResult<Option<u64>> {
+        const CALL: &str = "sysfs xgmi_hive_id";
+        let dir = self.amd_device(gpu)?;
+        let path = dir.join("xgmi_hive_info").join("xgmi_hive_id");
+        match self.fs.read_parse_opt::<u64>(&path) {
+            Ok(id) => Ok(id.filter(|id| *id != 0)),
+            Err(e) => Err(fail(CALL, &e)),
+        }
     }
 }
 
@@ -434,6 +424,10 @@ impl AmdSmi for LibraryWithSysfs {
             |s| s.set_memory_partition(gpu, mode),
         )
     }
+
+    fn xgmi_hive(&self, gpu: PciAddress) -> AmdResult<Option<u64>> {
+        self.lib_then_sysfs(|l| l.xgmi_hive(gpu), |s| s.xgmi_hive(gpu))
+    }
 }
 
 /// The AMD backend for this host: AMD SMI (completed by sysfs) when the library loads, sysfs
@@ -514,13 +508,12 @@ mod tests {
         AmdSysfs::new(Arc::new(RealSysfs::new(dir)))
     }
 
-    /// RealSysfs over a fixture, with the kernel's SR-IOV rules and chosen failures on writes.
+    /// RealSysfs over a fixture that records writes and fails them with a chosen errno.
     #[derive(Debug)]
     struct Kernel {
         inner: RealSysfs,
         writes: Mutex<Vec<(String, String)>>,
         fail_writes: Option<i32>,
-        vf_cap: Option<u32>,
     }
 
     impl Kernel {
@@ -529,7 +522,6 @@ mod tests {
                 inner: RealSysfs::new(dir),
                 writes: Mutex::default(),
                 fail_writes: None,
-                vf_cap: None,
             }
         }
         fn writes(&self) -> Vec<(String, String)> {
@@ -550,15 +542,6 @@ mod tests {
                 .push((file.clone(), value.clone()));
             if let Some(errno) = self.fail_writes {
                 return Err(SysfsError::errno_of(Op::Write, path, errno));
-            }
-            if file == "sriov_numvfs" {
-                let now: u32 = self.inner.read_parse(path)?;
-                let asked: u32 = value.parse().unwrap();
-                if now != 0 && asked != 0 {
-                    return Err(SysfsError::errno_of(Op::Write, path, libc::EBUSY));
-                }
-                let enabled = self.vf_cap.map_or(asked, |cap| asked.min(cap));
-                return self.inner.write(path, enabled.to_string().as_bytes());
             }
             self.inner.write(path, data)
         }
@@ -628,87 +611,24 @@ mod tests {
     }
 
     #[test]
-    fn vf_counts_and_unknown_devices() {
+    fn vf_counts_are_not_the_kernels_to_give() {
         let (dir, tree) = mi300x_host();
         tree.file(&format!("{PF_DIR}/sriov_numvfs"), "2\n");
-        let amd = sysfs_over(dir.path());
-        assert_eq!(
-            amd.num_vf(pf()).unwrap(),
-            VfCount {
-                enabled: 2,
-                supported: 8
-            }
-        );
+        let (kernel, amd) = over_kernel(Kernel::new(dir.path()));
+        for err in [
+            amd.num_vf(pf()).unwrap_err(),
+            amd.set_num_vf(pf(), 4).unwrap_err(),
+            amd.set_num_vf(pf(), 0).unwrap_err(),
+        ] {
+            assert_eq!(err.status, AmdStatus::NOT_SUPPORTED);
+            assert!(err.call.contains("GIM"), "{err}");
+        }
+        assert!(kernel.writes().is_empty(), "sriov_numvfs is never written");
+        assert_eq!(read(dir.path(), &format!("{PF_DIR}/sriov_numvfs")), "2");
         let absent: PciAddress = "0000:99:00.0".parse().unwrap();
         assert_eq!(amd.num_vf(absent).unwrap_err().status, AmdStatus::NOT_FOUND);
         let nvidia: PciAddress = "0000:41:00.0".parse().unwrap();
         assert_eq!(amd.num_vf(nvidia).unwrap_err().status, AmdStatus::NOT_FOUND);
-        let audio: PciAddress = "0000:c1:00.1".parse().unwrap();
-        assert_eq!(
-            amd.num_vf(audio).unwrap_err().status,
-            AmdStatus::NOT_SUPPORTED
-        );
-        tree.file(&format!("{PF_DIR}/sriov_totalvfs"), "eight\n");
-        assert_eq!(amd.num_vf(pf()).unwrap_err().status, STATUS_UNEXPECTED_DATA);
-    }
-
-    #[test]
-    fn enabling_vfs_from_zero_writes_once() {
-        let (dir, _tree) = mi300x_host();
-        let (kernel, amd) = over_kernel(Kernel::new(dir.path()));
-        amd.set_num_vf(pf(), 4).unwrap();
-        assert_eq!(
-            kernel.writes(),
-            [("sriov_numvfs".to_owned(), "4".to_owned())]
-        );
-        assert_eq!(read(dir.path(), &format!("{PF_DIR}/sriov_numvfs")), "4");
-    }
-
-    #[test]
-    fn changing_a_nonzero_vf_count_goes_through_zero() {
-        let (dir, tree) = mi300x_host();
-        tree.file(&format!("{PF_DIR}/sriov_numvfs"), "4\n");
-        let (kernel, amd) = over_kernel(Kernel::new(dir.path()));
-        amd.set_num_vf(pf(), 8).unwrap();
-        let writes: Vec<_> = kernel.writes().into_iter().map(|(_, v)| v).collect();
-        assert_eq!(writes, ["0", "8"]);
-        assert_eq!(amd.num_vf(pf()).unwrap().enabled, 8);
-        amd.set_num_vf(pf(), 8).unwrap();
-        assert_eq!(
-            kernel.writes().len(),
-            2,
-            "an unchanged count writes nothing"
-        );
-        amd.set_num_vf(pf(), 0).unwrap();
-        assert_eq!(kernel.writes().last().unwrap().1, "0");
-        assert_eq!(kernel.writes().len(), 3);
-    }
-
-    #[test]
-    fn too_many_vfs_is_refused_before_touching_existing_ones() {
-        let (dir, tree) = mi300x_host();
-        tree.file(&format!("{PF_DIR}/sriov_numvfs"), "4\n");
-        let (kernel, amd) = over_kernel(Kernel::new(dir.path()));
-        assert_eq!(
-            amd.set_num_vf(pf(), 9).unwrap_err().status,
-            AmdStatus::INVAL
-        );
-        assert!(kernel.writes().is_empty());
-        assert_eq!(read(dir.path(), &format!("{PF_DIR}/sriov_numvfs")), "4");
-    }
-
-    #[test]
-    fn fewer_vfs_than_asked_is_reported() {
-        let (dir, _tree) = mi300x_host();
-        let (_kernel, amd) = over_kernel(Kernel {
-            vf_cap: Some(2),
-            ..Kernel::new(dir.path())
-        });
-        assert_eq!(
-            amd.set_num_vf(pf(), 8).unwrap_err().status,
-            STATUS_OUT_OF_RESOURCES
-        );
-        assert_eq!(amd.num_vf(pf()).unwrap().enabled, 2);
     }
 
     #[test]
@@ -728,10 +648,29 @@ mod tests {
                 ..Kernel::new(dir.path())
             };
             let (_kernel, amd) = over_kernel(kernel);
-            let err = amd.set_num_vf(pf(), 1).unwrap_err();
+            let err = amd.set_compute_partition(pf(), "CPX").unwrap_err();
             assert_eq!(err.status, status, "errno {errno}");
-            assert_eq!(err.call, "sysfs sriov_numvfs write");
+            assert_eq!(err.call, "sysfs current_compute_partition write");
         }
+    }
+
+    #[test]
+    fn xgmi_hive_ids() {
+        let (dir, tree) = mi300x_host();
+        let amd = sysfs_over(dir.path());
+        assert_eq!(amd.xgmi_hive(pf()).unwrap(), None, "no hive directory");
+        tree.file(
+            &format!("{PF_DIR}/xgmi_hive_info/xgmi_hive_id"),
+            "10314187296432062042\n",
+        );
+        assert_eq!(amd.xgmi_hive(pf()).unwrap(), Some(10314187296432062042));
+        tree.file(&format!("{PF_DIR}/xgmi_hive_info/xgmi_hive_id"), "0\n");
+        assert_eq!(amd.xgmi_hive(pf()).unwrap(), None, "0 is no hive");
+        tree.file(&format!("{PF_DIR}/xgmi_hive_info/xgmi_hive_id"), "hive\n");
+        assert_eq!(
+            amd.xgmi_hive(pf()).unwrap_err().status,
+            STATUS_UNEXPECTED_DATA
+        );
     }
 
     #[test]
@@ -895,18 +834,17 @@ mod tests {
             Some("1cff74a1-0000-1000-80ff-c10000000000")
         );
         assert_eq!(gpus[0].memory_total_mib, 196_608);
+        // Neither the ROCm library nor sysfs can change AMD VFs (that is GIM's host library).
+        let err = backend.num_vf(pf()).unwrap_err();
+        assert_eq!(err.status, AmdStatus::NOT_SUPPORTED);
         assert_eq!(
-            backend.num_vf(pf()).unwrap(),
-            VfCount {
-                enabled: 0,
-                supported: 8
-            }
+            backend.set_num_vf(pf(), 8).unwrap_err().status,
+            AmdStatus::NOT_SUPPORTED
         );
         assert_eq!(backend.partition(pf()).unwrap().compute_available.len(), 4);
         backend.set_compute_partition(pf(), "DPX").unwrap();
-        backend.set_num_vf(pf(), 8).unwrap();
         let writes: Vec<_> = kernel.writes().into_iter().map(|(_, v)| v).collect();
-        assert_eq!(writes, ["DPX", "8"]);
+        assert_eq!(writes, ["DPX"]);
     }
 
     #[test]
@@ -921,7 +859,7 @@ mod tests {
             "{backend:?}"
         );
         assert_eq!(backend.gpus().unwrap()[0].name, "AMD Instinct MI300X");
-        assert_eq!(backend.num_vf(pf()).unwrap().supported, 8);
+        assert_eq!(backend.partition(pf()).unwrap().compute, "SPX");
     }
 
     #[test]

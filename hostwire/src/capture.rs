@@ -486,6 +486,7 @@ impl Capturer<'_> {
             mig_enabled: false,
             iommu_group: dev.iommu_group.map(|g| g.0),
             nvlink_peers: Vec::new(),
+            xgmi_hive: None,
         };
         if let (Some(parent), true) = (mdev_parent, nvidia) {
             let (types, vgpu_fb) = nvidia_mdev_types(parent, known_memory);

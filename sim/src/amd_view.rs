@@ -1,10 +1,12 @@
 //! [`SimAmd`]: the model seen through the [`gpu::AmdSmi`] trait.
 //!
-//! AMD SMI sees AMD physical functions that are present and bound to their driver. VF counts go
-//! through the same SR-IOV rules as `sriov_numvfs` (errno mapped to AMD SMI statuses: `EINVAL`
-//! and `ERANGE` → `INVAL`, `EBUSY` → `BUSY`, `ENOENT` → `NOT_SUPPORTED`); more VFs than the
-//! compute partition mode supports → `INVAL`. Partition changes: `INVAL` for a mode the GPU does
-//! not offer, `BUSY` while VFs are enabled.
+//! AMD SMI sees AMD physical functions that are present and bound to their driver. On a PF
+//! bound to GIM it is GIM's host library: VF counts through [`kernel::gim_set_num_vfs`] (errno
+//! mapped to AMD SMI statuses: `EINVAL` and `ERANGE` → `INVAL`, `EBUSY` → `BUSY`, `ENOENT` →
+//! `NOT_SUPPORTED`); more VFs than the compute partition mode supports → `INVAL`. On a PF bound
+//! to amdgpu it is the ROCm library, which has no VF calls (`NOT_SUPPORTED`). Partition
+//! changes: `INVAL` for a mode the GPU does not offer, `BUSY` while VFs are enabled; a memory
+//! mode under amdgpu waits for a driver reload ([`kernel::set_partition`]).
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use crate::fault::{Access, FaultAction};
 use crate::host::SimHost;
 use crate::kernel::{self, PartitionAxis};
 use crate::profile::GpuModel;
-use crate::state::{Hw, State};
+use crate::state::{GIM, Hw, State};
 use crate::util::derived_uuid;
 
 /// The simulated host's AMD SMI.
@@ -30,6 +32,7 @@ const SET_NUM_VF: &str = "amdsmi_set_num_vf";
 const GET_PARTITION: &str = "amdsmi_get_gpu_compute_partition";
 const SET_COMPUTE: &str = "amdsmi_set_gpu_compute_partition";
 const SET_MEMORY: &str = "amdsmi_set_gpu_memory_partition";
+const GET_XGMI: &str = "amdsmi_get_xgmi_info";
 
 fn visible(state: &State, hw: &Hw) -> Vec<PciAddress> {
     state.library_visible_gpus(hw, PciVendorId::AMD)
@@ -40,6 +43,15 @@ fn amd_gpu<'a>(state: &'a State, hw: &Hw, gpu: PciAddress) -> Result<&'a GpuMode
         return Err(AmdStatus::NOT_FOUND);
     }
     state.gpu(gpu).map(|(_, m)| m).ok_or(AmdStatus::NOT_FOUND)
+}
+
+/// VF counts are GIM's: the ROCm library has no VF calls (its `amdsmi_get_num_vf` exists only
+/// in GIM's host library, amd/MxGPU-Virtualization smi-lib) and amdgpu enables no VFs on a host.
+fn on_gim(state: &State, gpu: PciAddress) -> Result<(), AmdStatus> {
+    match state.pci.get(&gpu).and_then(|p| p.driver.as_deref()) {
+        Some(GIM) => Ok(()),
+        _ => Err(AmdStatus::NOT_SUPPORTED),
+    }
 }
 
 fn status_of(errno: i32) -> AmdStatus {
@@ -153,6 +165,7 @@ impl AmdSmi for SimAmd {
     fn num_vf(&self, gpu: PciAddress) -> AmdResult<VfCount> {
         self.look(GET_NUM_VF, Some(gpu), |st, hw| {
             let model = amd_gpu(st, hw, gpu)?;
+            on_gim(st, gpu)?;
             let sriov = model.sriov.as_ref().ok_or(AmdStatus::NOT_SUPPORTED)?;
             let supported = kernel::amd_vfs_allowed(st, gpu)
                 .unwrap_or(sriov.total_vfs)
@@ -170,7 +183,8 @@ impl AmdSmi for SimAmd {
                 .sriov
                 .as_ref()
                 .ok_or(AmdStatus::NOT_SUPPORTED)?;
-            kernel::set_num_vfs(st, hw, gpu, count, partial).map_err(status_of)
+            on_gim(st, gpu)?;
+            kernel::gim_set_num_vfs(st, hw, gpu, count, partial).map_err(status_of)
         })
     }
 
@@ -202,5 +216,12 @@ impl AmdSmi for SimAmd {
 
     fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()> {
         self.set_partition(SET_MEMORY, gpu, PartitionAxis::Memory, mode)
+    }
+
+    fn xgmi_hive(&self, gpu: PciAddress) -> AmdResult<Option<u64>> {
+        self.look(GET_XGMI, Some(gpu), |st, hw| {
+            amd_gpu(st, hw, gpu)?;
+            Ok(st.gpu(gpu).and_then(|(spec, _)| spec.xgmi_hive))
+        })
     }
 }

@@ -102,6 +102,12 @@ pub enum SimError {
         /// `already present`, `removed`, or `in use (why)` for a refused GPU reset.
         state: &'static str,
     },
+    /// A driver reload refused because processes still use its GPUs.
+    #[error("driver {driver} is in use: stop every process using its GPUs first")]
+    DriverBusy {
+        /// The driver.
+        driver: &'static str,
+    },
     /// An NVIDIA-only action (an Xid) on another vendor's GPU.
     #[error("GPU {0} is not an NVIDIA GPU")]
     NotNvidia(PciAddress),

@@ -293,6 +293,15 @@ impl SimHost {
         })
     }
 
+    /// Reloads the amdgpu driver (`modprobe -r amdgpu && modprobe amdgpu`): every GPU bound to
+    /// it takes its requested memory (NPS) mode. Refused while a process holds one of them.
+    /// Returns the GPUs whose mode changed.
+    pub fn reload_amdgpu(&self) -> Result<Vec<PciAddress>, SimError> {
+        self.change(|st, _| {
+            crate::kernel::reload_amdgpu(st).map_err(|_| SimError::DriverBusy { driver: "amdgpu" })
+        })
+    }
+
     /// Marks a GPU as held by client processes (a CUDA application, a monitoring agent) or not:
     /// while it is, a MIG mode change stays pending until the next reboot, as NVML's "in use by
     /// another client". A reboot ends the processes.

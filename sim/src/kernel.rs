@@ -18,7 +18,9 @@ use libc::{EBUSY, EEXIST, EINVAL, EIO, ENODEV, ENOENT, EPERM, ERANGE};
 use crate::mdev;
 use crate::mig::MigFamily;
 use crate::profile::{GpuModel, VgpuInUseErrno, VgpuTypeSpec, vf_address};
-use crate::state::{Hw, MdevState, NVIDIA, PCI_PF_STUB, PciState, State, VFIO_PCI, VfState};
+use crate::state::{
+    AMDGPU, GIM, Hw, MdevState, NVIDIA, PCI_PF_STUB, PciState, State, VFIO_PCI, VfState,
+};
 
 /// An errno.
 pub(crate) type Errno = i32;
@@ -249,7 +251,7 @@ pub(crate) fn write_sriov_numvfs(
     set_num_vfs(state, hw, pf, u32::from(n), partial)
 }
 
-/// The rules shared by `sriov_numvfs` and `amdsmi_set_num_vf`.
+/// `sriov_numvfs_store`'s rules (drivers/pci/iov.c), for a write or a PF driver's own call.
 pub(crate) fn set_num_vfs(
     state: &mut State,
     hw: &Hw,
@@ -278,12 +280,36 @@ pub(crate) fn set_num_vfs(
     if current != 0 {
         return Err(EBUSY);
     }
-    // The PF driver's sriov_configure refuses more VFs than the AMD partition mode allows.
-    if let Some(max) = amd_vfs_allowed(state, pf)
-        && n > max
-    {
+    enable_vfs(state, hw, pf, partial.map_or(n, |p| p.min(n)))
+}
+
+/// The host AMD SMI's `amdsmi_set_num_vf` on a PF bound to GIM: GIM reconfigures the VFs itself
+/// (no `sriov_numvfs` involved), so a non-zero count may change to another while no VF is in
+/// use. ENODEV when the PF is not GIM's (the library sees only GIM's GPUs); EINVAL above what
+/// the partition mode allows (amd/MxGPU-Virtualization, README "Number of VFs per GPU"); EBUSY
+/// while a VM holds a VF (GIM's own unit tests accept BUSY from this call).
+pub(crate) fn gim_set_num_vfs(
+    state: &mut State,
+    hw: &Hw,
+    pf: PciAddress,
+    n: u32,
+    partial: Option<u32>,
+) -> Result<(), Errno> {
+    if state.pci.get(&pf).and_then(|p| p.driver.as_deref()) != Some(GIM) {
+        return Err(ENODEV);
+    }
+    let sriov = state.profile.sriov_of(pf).ok_or(ENOENT)?;
+    let allowed = amd_vfs_allowed(state, pf).unwrap_or(sriov.total_vfs);
+    if n > allowed.min(sriov.total_vfs) {
         return Err(EINVAL);
     }
+    if n == state.vfs_of(pf).len() as u32 {
+        return Ok(());
+    }
+    if state.vfs_of(pf).iter().any(|(_, v)| v.open) {
+        return Err(EBUSY);
+    }
+    remove_vfs(state, pf);
     enable_vfs(state, hw, pf, partial.map_or(n, |p| p.min(n)))
 }
 
@@ -291,11 +317,13 @@ pub(crate) fn set_num_vfs(
 /// (`pci_sriov_configure_simple`, drivers/pci/pci-pf-stub.c); nvidia.ko has none, so NVIDIA
 /// VFs are only enabled through pci-pf-stub (`sriov-manage`; kubevirt issue #17642,
 /// gpu-operator issue #2594); vfio-pci only with enable_sriov=1, which the simulated host does
-/// not set. Every other default driver of a profile (igb, amdgpu, ...) has one.
+/// not set. Neither AMD driver has one: amdgpu (`amdgpu_kms_pci_driver` in amdgpu_drv.c) and
+/// GIM, which enables VFs itself (see [`gim_set_num_vfs`]; amd/MxGPU-Virtualization). Every
+/// other default driver of a profile (igb, ixgbe, ...) has one.
 fn sriov_driver_bound(state: &State, hw: &Hw, pf: PciAddress) -> bool {
     match state.pci.get(&pf).and_then(|p| p.driver.as_deref()) {
         Some(PCI_PF_STUB) => true,
-        Some(NVIDIA) => false,
+        Some(NVIDIA | AMDGPU | GIM) => false,
         _ => state.bound_to_default(hw, pf),
     }
 }
@@ -573,7 +601,13 @@ pub(crate) enum PartitionAxis {
 }
 
 /// `current_compute_partition` / `current_memory_partition`: EINVAL for a mode the GPU does not
-/// offer, EBUSY while VFs are enabled.
+/// offer, EBUSY while VFs are enabled. A compute mode applies at once. A memory (NPS) mode on
+/// a PF bound to amdgpu is only requested, for the whole XGMI hive, and applies when the driver
+/// next loads (kernel commits "drm/amdgpu: Add NPS switch support for GC 9.4.3" and "Place NPS
+/// mode request on unload": `amdgpu_gmc_request_memory_partition` stores the hive's
+/// `requested_nps_mode`, `amdgpu_xgmi_request_nps_change` places it for every device of the
+/// hive at unload, "reload driver to complete the change"); asking for the current mode
+/// withdraws the request. Elsewhere (GIM's host SMI) it applies at once.
 pub(crate) fn set_partition(
     state: &mut State,
     gpu: PciAddress,
@@ -593,12 +627,53 @@ pub(crate) fn set_partition(
     if !state.vfs_of(gpu).is_empty() {
         return Err(EBUSY);
     }
+    let on_amdgpu = state.pci.get(&gpu).and_then(|p| p.driver.as_deref()) == Some(AMDGPU);
+    if axis == PartitionAxis::Memory && on_amdgpu {
+        request_memory_partition(state, gpu, mode);
+        return Ok(());
+    }
     let g = state.gpus.get_mut(&gpu).ok_or(ENODEV)?;
     match axis {
         PartitionAxis::Compute => g.compute_partition = Some(mode),
         PartitionAxis::Memory => g.memory_partition = Some(mode),
     }
     Ok(())
+}
+
+/// Records an NPS request on the GPU and every other GPU of its XGMI hive (one request per
+/// hive; see [`set_partition`]).
+fn request_memory_partition(state: &mut State, gpu: PciAddress, mode: String) {
+    for member in state.hive_of(gpu) {
+        if let Some(g) = state.gpus.get_mut(&member) {
+            let current = g.memory_partition.as_deref() == Some(mode.as_str());
+            g.memory_partition_requested = (!current).then(|| mode.clone());
+        }
+    }
+}
+
+/// Unloads and reloads amdgpu (`modprobe -r amdgpu && modprobe amdgpu`, what
+/// `amdsmi_gpu_driver_reload` does): every GPU bound to it takes its requested NPS mode. EBUSY
+/// while a process holds one of them (AMD SMI reference, `amdsmi_gpu_driver_reload`:
+/// `AMDSMI_STATUS_AMDGPU_RESTART_ERR` unless every process using the GPUs has stopped).
+pub(crate) fn reload_amdgpu(state: &mut State) -> Result<Vec<PciAddress>, Errno> {
+    let bound: Vec<PciAddress> = state
+        .gpus
+        .keys()
+        .copied()
+        .filter(|a| state.pci.get(a).and_then(|p| p.driver.as_deref()) == Some(AMDGPU))
+        .collect();
+    if bound.iter().any(|a| state.gpus[a].clients) {
+        return Err(EBUSY);
+    }
+    let mut changed = Vec::new();
+    for addr in bound {
+        let g = state.gpus.get_mut(&addr).ok_or(ENODEV)?;
+        if let Some(mode) = g.memory_partition_requested.take() {
+            g.memory_partition = Some(mode);
+            changed.push(addr);
+        }
+    }
+    Ok(changed)
 }
 
 /// A sysfs write to a partition attribute.

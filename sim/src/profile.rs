@@ -330,6 +330,10 @@ pub struct GpuSpec {
     /// NVLink peers besides NVSwitch all-to-all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlink_peers: Vec<PciAddress>,
+    /// AMD XGMI hive id (amdgpu's `xgmi_hive_info/xgmi_hive_id`); GPUs with the same id form
+    /// one hive, which shares one memory partition request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xgmi_hive: Option<u64>,
 }
 
 /// Another PCI function (NIC, storage).
@@ -451,12 +455,14 @@ const BUILTIN: &[(&str, &str)] = &[
     ("hgx-h200", include_str!("../profiles/hgx-h200.toml")),
     ("vdi-mixed", include_str!("../profiles/vdi-mixed.toml")),
     ("single-gpu", include_str!("../profiles/single-gpu.toml")),
+    ("mi300x", include_str!("../profiles/mi300x.toml")),
 ];
 const BUILTIN_NAMES: &[&str] = &[
     "dgx-a100",
     "hgx-h200",
     "vdi-mixed",
     "single-gpu",
+    "mi300x",
     crate::vgpu_host::NAME,
 ];
 

@@ -75,6 +75,10 @@ pub(crate) struct GpuState {
     pub gis: Vec<GiState>,
     pub compute_partition: Option<String>,
     pub memory_partition: Option<String>,
+    /// A memory (NPS) mode written to amdgpu's `current_memory_partition` that applies when the
+    /// driver next loads (see [`crate::kernel::set_partition`]).
+    #[serde(default)]
+    pub memory_partition_requested: Option<String>,
     pub telemetry: TelemetryState,
 }
 
@@ -388,6 +392,7 @@ impl State {
                     gis: Vec::new(),
                     compute_partition: amd.map(|a| a.compute.clone()),
                     memory_partition: amd.map(|a| a.memory.clone()),
+                    memory_partition_requested: None,
                     telemetry: TelemetryState::default(),
                 };
                 (g.address, state)
@@ -426,6 +431,10 @@ impl State {
             gpu.gis.clear();
             gpu.clients = false;
             gpu.unbind_lock = false;
+            // The driver loads afresh: a requested NPS mode takes effect.
+            if let Some(mode) = gpu.memory_partition_requested.take() {
+                gpu.memory_partition = Some(mode);
+            }
         }
         self.run_boot_services(hw);
     }
@@ -667,6 +676,21 @@ impl State {
             .collect()
     }
 
+    /// The GPUs of `gpu`'s XGMI hive, `gpu` included; just `gpu` when it is in none.
+    pub(crate) fn hive_of(&self, gpu: PciAddress) -> Vec<PciAddress> {
+        let hive = self.gpu(gpu).and_then(|(spec, _)| spec.xgmi_hive);
+        match hive {
+            None => vec![gpu],
+            Some(id) => self
+                .profile
+                .gpus
+                .iter()
+                .filter(|g| g.xgmi_hive == Some(id) && !self.removed.contains(&g.address))
+                .map(|g| g.address)
+                .collect(),
+        }
+    }
+
     /// Whether a present function is bound to its default driver.
     pub(crate) fn bound_to_default(&self, hw: &Hw, addr: PciAddress) -> bool {
         let bound = self.pci.get(&addr).and_then(|p| p.driver.clone());
@@ -710,6 +734,12 @@ pub(crate) const NVIDIA: &str = "nvidia";
 /// The kernel's stub PF driver (drivers/pci/pci-pf-stub.c): binds nothing by id on an NVIDIA
 /// GPU, only through `driver_override`, and has `sriov_configure` (`pci_sriov_configure_simple`).
 pub(crate) const PCI_PF_STUB: &str = "pci-pf-stub";
+/// AMD's bare-metal kernel driver. Its `pci_driver` (amdgpu_drv.c, `amdgpu_kms_pci_driver`) has
+/// no `sriov_configure`: on a host it enables no VFs.
+pub(crate) const AMDGPU: &str = "amdgpu";
+/// AMD's MxGPU host driver (GIM, amd/MxGPU-Virtualization). It creates VFs itself (its `vf_num`
+/// parameter at load, or the host AMD SMI's `amdsmi_set_num_vf`) and has no `sriov_configure`.
+pub(crate) const GIM: &str = "gim";
 
 impl PciState {
     fn hardware(dev: &HwDev) -> Self {

@@ -10,7 +10,7 @@ use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
 
 use crate::kernel::{self, PartitionAxis};
 use crate::mdev;
-use crate::state::{Hw, HwDev, NVIDIA, State};
+use crate::state::{AMDGPU, Hw, HwDev, NVIDIA, State};
 use crate::util::{format_cpulist, relative_link};
 
 /// What a write to an attribute does.
@@ -362,8 +362,16 @@ fn render_pf_extras(
         return;
     };
     render_nvidia_proc(t, state, addr);
+    // amdgpu's attributes (amdgpu_gfx.c, amdgpu_gmc.c, amdgpu_xgmi.c); GIM has none of them.
+    let on_amdgpu = state.pci.get(&addr).and_then(|p| p.driver.as_deref()) == Some(AMDGPU);
+    if let (Some(hive), true) = (state.gpu(addr).and_then(|(s, _)| s.xgmi_hive), on_amdgpu) {
+        t.ro(
+            &format!("{dir}/xgmi_hive_info/xgmi_hive_id"),
+            format!("{hive}\n"),
+        );
+    }
     if let (Some(amd), Some(g)) = (&model.amd, state.gpus.get(&addr))
-        && state.bound_to_default(hw, addr)
+        && on_amdgpu
     {
         let current = g.compute_partition.clone().unwrap_or_default();
         t.rw(

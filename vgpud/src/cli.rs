@@ -153,6 +153,13 @@ pub enum SimCommand {
         /// The GPU's PCI address.
         gpu: PciAddress,
     },
+    /// Reload the amdgpu driver: a requested AMD memory partition (NPS) mode takes effect;
+    /// refused while processes use its GPUs.
+    ReloadAmdgpu {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+    },
     /// Reset a GPU (as `nvidia-smi -r` would): a pending MIG mode takes effect; refused while
     /// its VFs or GPU instances are in use.
     ResetGpu {
@@ -300,6 +307,12 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::RemoveGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.remove_gpu(gpu)?),
         SimCommand::AddGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.add_gpu(gpu)?),
         SimCommand::ResetGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.reset_gpu(gpu)?),
+        SimCommand::ReloadAmdgpu { state_dir } => {
+            for gpu in open_dir(&state_dir)?.reload_amdgpu()? {
+                print(&format!("{gpu}: memory partition changed\n"))?;
+            }
+            Ok(())
+        }
     }
 }
 

@@ -339,6 +339,11 @@ impl AmdSmi for TimedAmd {
             move |a| a.set_memory_partition(gpu, &mode),
         )
     }
+    fn xgmi_hive(&self, gpu: PciAddress) -> AmdResult<Option<u64>> {
+        self.call(Gate::Gpu(gpu), "amdsmi_get_xgmi_info", move |a| {
+            a.xgmi_hive(gpu)
+        })
+    }
 }
 
 #[cfg(test)]
