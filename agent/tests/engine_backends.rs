@@ -227,17 +227,25 @@ fn sriov_vf_through_amd_smi() {
     h.set_vfio_open(address, false).unwrap();
     e.destroy_slice(s.id).unwrap();
     assert_eq!(driver(&h, address), None);
-    // With VFs off, AMD SMI enables them; its refusal is reported and nothing is left.
-    h.amd().set_num_vf(addr(MI300X), 0).unwrap();
-    fault(&h, "amd:amdsmi_set_num_vf=BUSY,times=1");
-    assert_eq!(
-        create(&e, MI300X, SliceKind::SriovVf).unwrap_err().code(),
-        "busy"
-    );
-    assert_eq!(vf_count(&h, MI300X), 0);
-    let s = create(&e, MI300X, SliceKind::SriovVf).unwrap();
+    // GIM keeps its VF: nothing turns it off (it refuses 0), the next slice reuses it.
     assert_eq!(vf_count(&h, MI300X), 1);
+    let s = create(&e, MI300X, SliceKind::SriovVf).unwrap();
     assert_eq!(s.state, SliceState::Ready);
+}
+
+#[test]
+fn amd_vfs_on_bare_metal_amdgpu_are_refused_clearly() {
+    let h = sim("mi300x");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let err = create(&e, "0000:05:00.0", SliceKind::SriovVf).unwrap_err();
+    assert_eq!(err.code(), "unsupported", "{err}");
+    assert!(err.to_string().contains("GIM"), "{err}");
+    assert_eq!(
+        vf_count(&h, "0000:05:00.0"),
+        0,
+        "sriov_numvfs was not even tried"
+    );
 }
 
 #[test]
@@ -449,18 +457,30 @@ fn a_hung_amd_smi_call_leaves_the_intent_for_reconcile() {
     let h = sim("vdi-mixed");
     let dir = tempfile::tempdir().unwrap();
     let e = engine_with(&h, dir.path(), Duration::from_millis(300));
-    h.amd().set_num_vf(addr(MI300X), 0).unwrap();
     fault(
         &h,
         &format!("amd:amdsmi_set_num_vf@{MI300X}=hang:1200,times=1"),
     );
-    let err = create(&e, MI300X, SliceKind::SriovVf).unwrap_err();
-    assert_eq!(err.code(), "timeout", "{err}");
+    let layout = agent::engine::Layout {
+        amd: Some(agent::engine::AmdPartition {
+            compute: "CPX".into(),
+            memory: "NPS4".into(),
+            vfs: Some(8),
+        }),
+        ..gpu_layout(MI300X, &[("vf", 8)])
+    };
+    let view = e.set_layouts(vec![layout]).unwrap();
+    let st = &view.status[0];
+    assert!(
+        st.reasons.iter().any(|r| r.contains("amdsmi_set_num_vf")),
+        "{st:?}"
+    );
     assert_eq!(e.pending_intents(), 1);
-    // The late call enables the VF; nothing uses it, so the roll-back turns it off again.
+    // The late call made the 8 VFs; the reconciler finishes the change from there.
     std::thread::sleep(Duration::from_millis(1300));
-    assert_eq!(vf_count(&h, MI300X), 1);
+    assert_eq!(vf_count(&h, MI300X), 8);
     assert_eq!(e.reconcile().unwrap().intents_resolved, 1);
-    assert_eq!(vf_count(&h, MI300X), 0);
     assert_eq!(e.pending_intents(), 0);
+    let p = h.amd().partition(addr(MI300X)).unwrap();
+    assert_eq!((p.compute.as_str(), p.memory.as_str()), ("CPX", "NPS4"));
 }

@@ -299,12 +299,8 @@ fn an_amd_smi_fault_mid_way_fails_the_gpu_and_the_next_apply_recovers() {
     let h = sim("vdi-mixed");
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
-    h.inject_fault(
-        "amd:amdsmi_set_gpu_compute_partition=BUSY,times=1"
-            .parse()
-            .unwrap(),
-    )
-    .unwrap();
+    h.inject_fault("amd:amdsmi_set_num_vf=BUSY,times=1".parse().unwrap())
+        .unwrap();
     let view = e
         .set_layouts(vec![amd_layout("CPX", "NPS4", Some(8), 8)])
         .unwrap();
@@ -313,12 +309,12 @@ fn an_amd_smi_fault_mid_way_fails_the_gpu_and_the_next_apply_recovers() {
     assert!(
         st.reasons
             .iter()
-            .any(|r| r.contains("compute partition CPX") && r.contains("busy")),
+            .any(|r| r.contains("8 VFs") && r.contains("busy")),
         "{st:?}"
     );
     assert_eq!(vf_slices(&e), 0);
-    // Half way: memory already set, compute not, VFs off; the change's intent stays open.
-    assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 0));
+    // Half way: memory already set, VF count and compute not; the change's intent stays open.
+    assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 1));
     assert_eq!(e.pending_intents(), 1);
     let report = e.reconcile().unwrap();
     assert_eq!(report.intents_resolved, 1, "{report:?}");

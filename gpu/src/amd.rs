@@ -120,6 +120,11 @@ pub struct PartitionState {
     pub memory: String,
     /// Memory modes the GPU accepts.
     pub memory_available: Vec<String>,
+    /// On a GIM host, the VF counts each compute mode takes (the unfiltered accelerator profile
+    /// table: MI300X SPX `[1]`, DPX `[2]`, QPX `[4]`, CPX `[1, 2, 4, 8]`); empty where unknown
+    /// or without VFs.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub compute_vf_counts: std::collections::BTreeMap<String, Vec<u32>>,
 }
 
 /// Narrow access to AMD SMI (or its sysfs fallback). GPUs are addressed by PCI address.

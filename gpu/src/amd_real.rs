@@ -142,6 +142,7 @@ impl AmdSmi for AmdSmiLibrary {
                 compute_available: Vec::new(),
                 memory: p.memory_partition()?,
                 memory_available: Vec::new(),
+                compute_vf_counts: Default::default(),
             })
         })
     }

@@ -298,6 +298,7 @@ impl AmdSmi for AmdSysfs {
             compute_available: self.read_modes(COMPUTE.get_call, &dir.join(COMPUTE.available))?,
             memory: self.read_mode(MEMORY.get_call, &dir.join(MEMORY.current))?,
             memory_available: self.read_modes(MEMORY.get_call, &dir.join(MEMORY.available))?,
+            compute_vf_counts: Default::default(),
         })
     }
 

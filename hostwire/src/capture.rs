@@ -501,6 +501,7 @@ impl Capturer<'_> {
         }
         if let (Some(_), Some(amd)) = (amd, self.amd) {
             model.amd = amd_spec(amd, dev.address);
+            spec.xgmi_hive = amd.xgmi_hive(dev.address).ok().flatten();
             if let Some(a) = model.amd.as_ref().filter(|a| a.compute_modes.len() > 1) {
                 self.note(format!(
                     "GPU {}: VFs per compute partition mode are known for {} only; the others allow none",
@@ -843,20 +844,31 @@ fn mig_profile_of(name: &str) -> Option<MigProfileName> {
     format!("{slices}g.{gb}gb").parse().ok()
 }
 
-/// Partition modes and the VFs the current mode supports.
+/// Partition modes and, on a GIM host, the VF counts each compute mode takes (its profile table
+/// when the library gives it, else what runs now).
 fn amd_spec(amd: &dyn AmdSmi, gpu: PciAddress) -> Option<AmdSpec> {
     let part = amd.partition(gpu).ok()?;
     let mut compute_modes = part.compute_available;
-    if !compute_modes.contains(&part.compute) {
-        compute_modes.push(part.compute.clone());
-    }
+    compute_modes.extend(part.compute_vf_counts.keys().cloned());
+    compute_modes.push(part.compute.clone());
+    // Fewest partitions first: the order GIM picks a VF count's default mode in.
+    let rank = |m: &String| {
+        ["SPX", "DPX", "TPX", "QPX", "CPX"]
+            .iter()
+            .position(|k| k == m)
+    };
+    compute_modes.sort_by_key(|m| (rank(m).unwrap_or(usize::MAX), m.clone()));
+    compute_modes.dedup();
     let mut memory_modes = part.memory_available;
     if !memory_modes.contains(&part.memory) {
         memory_modes.push(part.memory.clone());
     }
-    let mut vfs_per_mode = BTreeMap::new();
-    if let Ok(vf) = amd.num_vf(gpu) {
-        vfs_per_mode.insert(part.compute.clone(), vf.supported);
+    let mut vfs_per_mode = part.compute_vf_counts;
+    if let Ok(vf) = amd.num_vf(gpu)
+        && vf.enabled > 0
+        && vfs_per_mode.is_empty()
+    {
+        vfs_per_mode.insert(part.compute.clone(), vec![vf.enabled]);
     }
     Some(AmdSpec {
         compute_modes,

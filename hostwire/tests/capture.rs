@@ -330,6 +330,12 @@ fn every_builtin_simulated_host_and_the_rig_guest_captured_are_the_same_host() {
                     // nvidia has no sriov_configure: NVIDIA's own sequence enables them all.
                     let runner = vfio::SystemRunner::default();
                     vfio::set_nvidia_vfs(fs, &runner, g.pci_address, true).unwrap();
+                } else if dev.vendor == ids::PciVendorId::AMD {
+                    // GIM has none either: its host AMD SMI makes them.
+                    copy_host
+                        .amd()
+                        .set_num_vf(g.pci_address, s.enabled_vfs)
+                        .unwrap();
                 } else {
                     vfio::set_num_vfs(fs, g.pci_address, s.enabled_vfs).unwrap();
                 }

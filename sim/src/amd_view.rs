@@ -1,9 +1,9 @@
 //! [`SimAmd`]: the model seen through the [`gpu::AmdSmi`] trait.
 //!
 //! AMD SMI sees AMD physical functions that are present and bound to their driver. On a PF
-//! bound to GIM it is GIM's host library: VF counts through [`kernel::gim_set_num_vfs`] (errno
-//! mapped to AMD SMI statuses: `EINVAL` and `ERANGE` → `INVAL`, `EBUSY` → `BUSY`, `ENOENT` →
-//! `NOT_SUPPORTED`); more VFs than the compute partition mode supports → `INVAL`. On a PF bound
+//! bound to GIM it is GIM's host library: VF counts and partitions through [`crate::gim`] (errno
+//! mapped to AMD SMI statuses as GIM's ioctl handlers do: `EINVAL` and `ERANGE` → `INVAL`, `EBUSY` → `BUSY`, `ENOENT` →
+//! `NOT_SUPPORTED`). On a PF bound
 //! to amdgpu it is the ROCm library, which has no VF calls (`NOT_SUPPORTED`). Partition
 //! changes: `INVAL` for a mode the GPU does not offer, `BUSY` while VFs are enabled; a memory
 //! mode under amdgpu waits for a driver reload ([`kernel::set_partition`]).
@@ -14,10 +14,11 @@ use gpu::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, Vf
 use ids::{PciAddress, PciVendorId};
 
 use crate::fault::{Access, FaultAction};
+use crate::gim;
 use crate::host::SimHost;
 use crate::kernel::{self, PartitionAxis};
 use crate::profile::GpuModel;
-use crate::state::{GIM, Hw, State};
+use crate::state::{Hw, State};
 use crate::util::derived_uuid;
 
 /// The simulated host's AMD SMI.
@@ -48,10 +49,9 @@ fn amd_gpu<'a>(state: &'a State, hw: &Hw, gpu: PciAddress) -> Result<&'a GpuMode
 /// VF counts are GIM's: the ROCm library has no VF calls (its `amdsmi_get_num_vf` exists only
 /// in GIM's host library, amd/MxGPU-Virtualization smi-lib) and amdgpu enables no VFs on a host.
 fn on_gim(state: &State, gpu: PciAddress) -> Result<(), AmdStatus> {
-    match state.pci.get(&gpu).and_then(|p| p.driver.as_deref()) {
-        Some(GIM) => Ok(()),
-        _ => Err(AmdStatus::NOT_SUPPORTED),
-    }
+    gim::on_gim(state, gpu)
+        .then_some(())
+        .ok_or(AmdStatus::NOT_SUPPORTED)
 }
 
 fn status_of(errno: i32) -> AmdStatus {
@@ -136,6 +136,10 @@ impl SimAmd {
         self.act(call, gpu, |st, hw, _| {
             let model = amd_gpu(st, hw, gpu)?;
             model.amd.as_ref().ok_or(AmdStatus::NOT_SUPPORTED)?;
+            if gim::on_gim(st, gpu) {
+                return gim::set_partition(st, gpu, axis, mode).map_err(status_of);
+            }
+            // The ROCm library writes amdgpu's sysfs files.
             kernel::set_partition(st, gpu, axis, mode).map_err(status_of)
         })
     }
@@ -167,12 +171,10 @@ impl AmdSmi for SimAmd {
             let model = amd_gpu(st, hw, gpu)?;
             on_gim(st, gpu)?;
             let sriov = model.sriov.as_ref().ok_or(AmdStatus::NOT_SUPPORTED)?;
-            let supported = kernel::amd_vfs_allowed(st, gpu)
-                .unwrap_or(sriov.total_vfs)
-                .min(sriov.total_vfs);
+            // GIM reports the firmware's TotalVFs as supported, whatever the compute mode.
             Ok(VfCount {
                 enabled: st.vfs_of(gpu).len() as u32,
-                supported,
+                supported: sriov.total_vfs,
             })
         })
     }
@@ -184,7 +186,7 @@ impl AmdSmi for SimAmd {
                 .as_ref()
                 .ok_or(AmdStatus::NOT_SUPPORTED)?;
             on_gim(st, gpu)?;
-            kernel::gim_set_num_vfs(st, hw, gpu, count, partial).map_err(status_of)
+            gim::set_num_vfs(st, hw, gpu, count, partial).map_err(status_of)
         })
     }
 
@@ -195,17 +197,29 @@ impl AmdSmi for SimAmd {
                 .as_ref()
                 .ok_or(AmdStatus::NOT_SUPPORTED)?;
             let g = st.gpus.get(&gpu).ok_or(AmdStatus::NOT_FOUND)?;
+            let on_gim = gim::on_gim(st, gpu);
+            let compute_available = if on_gim {
+                gim::compute_available(st, gpu).map_err(status_of)?
+            } else {
+                amd.compute_modes.clone()
+            };
+            let compute_vf_counts = if on_gim {
+                amd.vfs_per_mode.clone()
+            } else {
+                Default::default()
+            };
             Ok(PartitionState {
                 compute: g
                     .compute_partition
                     .clone()
                     .unwrap_or_else(|| amd.compute.clone()),
-                compute_available: amd.compute_modes.clone(),
+                compute_available,
                 memory: g
                     .memory_partition
                     .clone()
                     .unwrap_or_else(|| amd.memory.clone()),
                 memory_available: amd.memory_modes.clone(),
+                compute_vf_counts,
             })
         })
     }

@@ -29,7 +29,7 @@ pub(crate) type Errno = i32;
 const OVERRIDE_MAX: usize = 4095;
 
 /// The written value as text, with the one trailing newline `echo` adds removed.
-fn text(data: &[u8]) -> Result<&str, Errno> {
+pub(crate) fn text(data: &[u8]) -> Result<&str, Errno> {
     let s = std::str::from_utf8(data).map_err(|_| EINVAL)?;
     Ok(s.strip_suffix('\n').unwrap_or(s))
 }
@@ -283,42 +283,12 @@ pub(crate) fn set_num_vfs(
     enable_vfs(state, hw, pf, partial.map_or(n, |p| p.min(n)))
 }
 
-/// The host AMD SMI's `amdsmi_set_num_vf` on a PF bound to GIM: GIM reconfigures the VFs itself
-/// (no `sriov_numvfs` involved), so a non-zero count may change to another while no VF is in
-/// use. ENODEV when the PF is not GIM's (the library sees only GIM's GPUs); EINVAL above what
-/// the partition mode allows (amd/MxGPU-Virtualization, README "Number of VFs per GPU"); EBUSY
-/// while a VM holds a VF (GIM's own unit tests accept BUSY from this call).
-pub(crate) fn gim_set_num_vfs(
-    state: &mut State,
-    hw: &Hw,
-    pf: PciAddress,
-    n: u32,
-    partial: Option<u32>,
-) -> Result<(), Errno> {
-    if state.pci.get(&pf).and_then(|p| p.driver.as_deref()) != Some(GIM) {
-        return Err(ENODEV);
-    }
-    let sriov = state.profile.sriov_of(pf).ok_or(ENOENT)?;
-    let allowed = amd_vfs_allowed(state, pf).unwrap_or(sriov.total_vfs);
-    if n > allowed.min(sriov.total_vfs) {
-        return Err(EINVAL);
-    }
-    if n == state.vfs_of(pf).len() as u32 {
-        return Ok(());
-    }
-    if state.vfs_of(pf).iter().any(|(_, v)| v.open) {
-        return Err(EBUSY);
-    }
-    remove_vfs(state, pf);
-    enable_vfs(state, hw, pf, partial.map_or(n, |p| p.min(n)))
-}
-
 /// Whether the PF's driver has a `sriov_configure` callback. pci-pf-stub has one
 /// (`pci_sriov_configure_simple`, drivers/pci/pci-pf-stub.c); nvidia.ko has none, so NVIDIA
 /// VFs are only enabled through pci-pf-stub (`sriov-manage`; kubevirt issue #17642,
 /// gpu-operator issue #2594); vfio-pci only with enable_sriov=1, which the simulated host does
 /// not set. Neither AMD driver has one: amdgpu (`amdgpu_kms_pci_driver` in amdgpu_drv.c) and
-/// GIM, which enables VFs itself (see [`gim_set_num_vfs`]; amd/MxGPU-Virtualization). Every
+/// GIM, which enables VFs itself (see [`crate::gim`]; amd/MxGPU-Virtualization). Every
 /// other default driver of a profile (igb, ixgbe, ...) has one.
 fn sriov_driver_bound(state: &State, hw: &Hw, pf: PciAddress) -> bool {
     match state.pci.get(&pf).and_then(|p| p.driver.as_deref()) {
@@ -326,14 +296,6 @@ fn sriov_driver_bound(state: &State, hw: &Hw, pf: PciAddress) -> bool {
         Some(NVIDIA | AMDGPU | GIM) => false,
         _ => state.bound_to_default(hw, pf),
     }
-}
-
-/// VFs an AMD GPU's current compute partition mode supports.
-pub(crate) fn amd_vfs_allowed(state: &State, pf: PciAddress) -> Option<u32> {
-    let (_, model) = state.gpu(pf)?;
-    let amd = model.amd.as_ref()?;
-    let mode = state.gpus.get(&pf)?.compute_partition.clone()?;
-    Some(amd.vfs_per_mode.get(&mode).copied().unwrap_or(0))
 }
 
 /// Creates `n` VFs: addresses from offset/stride, one new IOMMU group each, bound to the VF
@@ -371,7 +333,7 @@ pub(crate) fn enable_vfs(state: &mut State, hw: &Hw, pf: PciAddress, n: u32) -> 
     Ok(())
 }
 
-fn remove_vfs(state: &mut State, pf: PciAddress) {
+pub(crate) fn remove_vfs(state: &mut State, pf: PciAddress) {
     state
         .pci
         .retain(|_, p| p.vf.as_ref().is_none_or(|v| v.pf != pf));

@@ -19,6 +19,8 @@
 mod amd_view;
 mod error;
 pub mod fault;
+mod gim;
+mod gim_host;
 mod host;
 mod kernel;
 mod mdev;

@@ -300,8 +300,9 @@ pub struct AmdSpec {
     pub compute: String,
     /// Memory mode at first boot.
     pub memory: String,
-    /// VFs each compute mode supports (`{ SPX = 1, CPX = 8 }`).
-    pub vfs_per_mode: BTreeMap<String, u32>,
+    /// The VF counts GIM allows in each compute mode (libgv's `support_vf_num` per accelerator
+    /// profile: `{ SPX = [1], CPX = [1, 2, 4, 8] }`); unused on bare-metal amdgpu.
+    pub vfs_per_mode: BTreeMap<String, Vec<u32>>,
 }
 
 /// One GPU.
@@ -464,6 +465,7 @@ const BUILTIN_NAMES: &[&str] = &[
     "single-gpu",
     "mi300x",
     crate::vgpu_host::NAME,
+    crate::gim_host::NAME,
 ];
 
 impl Profile {
@@ -471,6 +473,9 @@ impl Profile {
     pub fn builtin(name: &str) -> Result<Profile, SimError> {
         if name == crate::vgpu_host::NAME {
             return Profile::builtin(crate::vgpu_host::BASE).map(crate::vgpu_host::derive);
+        }
+        if name == crate::gim_host::NAME {
+            return Profile::builtin(crate::gim_host::BASE).map(crate::gim_host::derive);
         }
         let (_, text) =
             BUILTIN

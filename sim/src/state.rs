@@ -451,6 +451,7 @@ impl State {
             // A refusal here (no driver bound, say) leaves the GPU without VFs, as a failed
             // boot-time service would.
             let _ = crate::kernel::enable_vfs(self, hw, pf, n);
+            crate::gim::settle_compute_mode(self, pf);
         }
     }
 

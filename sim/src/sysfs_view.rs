@@ -250,6 +250,7 @@ fn apply(
         Store::MdevRemove(uuid) => kernel::write_mdev_remove(st, *uuid, data),
         Store::VgpuType(vf) => kernel::write_current_vgpu_type(st, *vf, data),
         Store::Partition(gpu, axis) => kernel::write_partition(st, *gpu, *axis, data),
+        Store::GimMemoryMode(gpu) => crate::gim::write_memory_partition_mode(st, *gpu, data),
         Store::UnbindLock(gpu) => kernel::write_unbind_lock(st, *gpu, data),
     }
 }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ids::{MdevParentName, MdevTypeId, MdevUuid, PciAddress};
 
+use crate::gim;
 use crate::kernel::{self, PartitionAxis};
 use crate::mdev;
 use crate::state::{AMDGPU, Hw, HwDev, NVIDIA, State};
@@ -25,6 +26,8 @@ pub(crate) enum Store {
     MdevRemove(MdevUuid),
     VgpuType(PciAddress),
     Partition(PciAddress, PartitionAxis),
+    /// GIM's `<pf>/memory_partition_mode`.
+    GimMemoryMode(PciAddress),
     /// `/proc/driver/nvidia/gpus/<bdf>/unbindLock`.
     UnbindLock(PciAddress),
 }
@@ -368,6 +371,15 @@ fn render_pf_extras(
         t.ro(
             &format!("{dir}/xgmi_hive_info/xgmi_hive_id"),
             format!("{hive}\n"),
+        );
+    }
+    if let (Some(_), Some(g), true) = (&model.amd, state.gpus.get(&addr), gim::on_gim(state, addr))
+    {
+        let mode = g.memory_partition.clone().unwrap_or_default();
+        t.rw(
+            &format!("{dir}/memory_partition_mode"),
+            format!("memory_partition_mode: {mode}\n"),
+            Store::GimMemoryMode(addr),
         );
     }
     if let (Some(amd), Some(g)) = (&model.amd, state.gpus.get(&addr))

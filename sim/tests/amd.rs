@@ -1,16 +1,24 @@
-//! AMD MI300X: partitions in sysfs and through AMD SMI, VF counts per mode.
+//! AMD MI300X on GIM, AMD's MxGPU host driver (profiles `vdi-mixed`, TotalVFs 8, and
+//! `mi300x-gim`, eight GPUs in one XGMI hive with the shipped firmware's one VF): VF counts and
+//! partitions through GIM's host AMD SMI, never through `sriov_numvfs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
 
 use common::*;
 use gpu::AmdStatus;
-use libc::{EBUSY, EINVAL};
+use libc::ENOENT;
 
 const MI300: &str = "0000:c1:00.0";
+const GIM0: &str = "0000:05:00.0";
+const GIM7: &str = "0000:e5:00.0";
 
 fn status<T: std::fmt::Debug>(r: gpu::AmdResult<T>) -> AmdStatus {
     r.expect_err("the call should fail").status
+}
+
+fn first_vf(fs: &std::sync::Arc<dyn sysfs::Sysfs>, pf: &str) -> ids::PciAddress {
+    addr(&vfs(fs, pf)[0])
 }
 
 #[test]
@@ -23,11 +31,12 @@ fn gpus_and_vf_counts() {
     assert_eq!(gpus[0].name, "AMD Instinct MI300X");
     assert_eq!(gpus[0].memory_total_mib, 196592);
     assert!(gpus[0].uuid.is_some());
+    // GIM's vf_num made one VF at load; supported is the firmware's TotalVFs.
     assert_eq!(
         amd.num_vf(addr(MI300)).unwrap(),
         gpu::VfCount {
             enabled: 1,
-            supported: 1
+            supported: 8
         }
     );
     assert_eq!(
@@ -39,96 +48,136 @@ fn gpus_and_vf_counts() {
 }
 
 #[test]
-fn partitions_change_only_without_vfs() {
+fn gim_takes_no_sriov_numvfs_writes() {
+    let h = host("vdi-mixed");
+    let fs = h.sysfs();
+    assert_eq!(
+        link_name(&fs, &dev(MI300, "driver")).as_deref(),
+        Some("gim")
+    );
+    assert_eq!(write_err(&fs, &dev(MI300, "sriov_numvfs"), "0"), ENOENT);
+    assert_eq!(vfs(&fs, MI300).len(), 1);
+    // amdgpu's partition files are not GIM's; GIM has its own memory_partition_mode.
+    assert!(!exists(&fs, &dev(MI300, "current_compute_partition")));
+    assert_eq!(
+        read(&fs, &dev(MI300, "memory_partition_mode")),
+        "memory_partition_mode: NPS1"
+    );
+}
+
+#[test]
+fn vf_counts_pick_the_compute_modes() {
     let h = host("vdi-mixed");
     let amd = h.amd();
     let fs = h.sysfs();
     let p = amd.partition(addr(MI300)).unwrap();
     assert_eq!((p.compute.as_str(), p.memory.as_str()), ("SPX", "NPS1"));
-    assert_eq!(p.compute_available, vec!["SPX", "DPX", "QPX", "CPX"]);
-    assert_eq!(read(&fs, &dev(MI300, "current_compute_partition")), "SPX");
     assert_eq!(
-        read(&fs, &dev(MI300, "available_compute_partition")),
-        "SPX, DPX, QPX, CPX"
+        p.compute_available,
+        ["SPX", "CPX"],
+        "the modes one VF allows"
     );
-    assert_eq!(
-        read(&fs, &dev(MI300, "available_memory_partition")),
-        "NPS1, NPS4"
-    );
-
-    assert_eq!(
-        status(amd.set_compute_partition(addr(MI300), "CPX")),
-        AmdStatus::BUSY,
-        "a VF is enabled"
-    );
-    assert_eq!(
-        write_err(&fs, &dev(MI300, "current_compute_partition"), "CPX"),
-        EBUSY
-    );
-    assert_eq!(
-        status(amd.set_compute_partition(addr(MI300), "XPX")),
-        AmdStatus::INVAL
-    );
-    assert_eq!(
-        write_err(&fs, &dev(MI300, "current_memory_partition"), "NPS8"),
-        EINVAL
-    );
-
-    amd.set_num_vf(addr(MI300), 0).unwrap();
-    assert_eq!(
-        read(&fs, &dev(MI300, "sriov_numvfs")),
-        "0",
-        "AMD SMI and sysfs share the state"
-    );
-    amd.set_compute_partition(addr(MI300), "CPX").unwrap();
-    write(&fs, &dev(MI300, "current_memory_partition"), "NPS4\n");
-    let p = amd.partition(addr(MI300)).unwrap();
-    assert_eq!((p.compute.as_str(), p.memory.as_str()), ("CPX", "NPS4"));
-    assert_eq!(
-        amd.num_vf(addr(MI300)).unwrap(),
-        gpu::VfCount {
-            enabled: 0,
-            supported: 8
-        }
-    );
-
+    for bad in [0, 3, 9] {
+        assert_eq!(
+            status(amd.set_num_vf(addr(MI300), bad)),
+            AmdStatus::INVAL,
+            "{bad} VFs"
+        );
+    }
     amd.set_num_vf(addr(MI300), 8).unwrap();
     assert_eq!(vfs(&fs, MI300).len(), 8);
+    let p = amd.partition(addr(MI300)).unwrap();
     assert_eq!(
-        status(amd.set_num_vf(addr(MI300), 4)),
-        AmdStatus::BUSY,
-        "non-zero to non-zero"
+        p.compute, "CPX",
+        "GIM resets the mode to the count's default"
     );
+    assert_eq!(p.compute_available, ["CPX"]);
     assert_eq!(
-        status(amd.set_num_vf(addr(MI300), 9)),
+        status(amd.set_compute_partition(addr(MI300), "SPX")),
         AmdStatus::INVAL,
-        "above the total"
+        "SPX takes one VF only"
     );
-    // Back to SPX: only one VF fits.
-    amd.set_num_vf(addr(MI300), 0).unwrap();
-    write(&fs, &dev(MI300, "current_compute_partition"), "spx");
-    assert_eq!(
-        status(amd.set_num_vf(addr(MI300), 2)),
-        AmdStatus::INVAL,
-        "SPX supports one VF"
-    );
-    assert_eq!(write_err(&fs, &dev(MI300, "sriov_numvfs"), "2"), EINVAL);
+    amd.set_num_vf(addr(MI300), 2).unwrap();
+    assert_eq!(amd.partition(addr(MI300)).unwrap().compute, "DPX");
     amd.set_num_vf(addr(MI300), 1).unwrap();
+    amd.set_compute_partition(addr(MI300), "cpx").unwrap();
+    assert_eq!(amd.partition(addr(MI300)).unwrap().compute, "CPX");
 }
 
 #[test]
-fn partitions_survive_a_reboot_but_vfs_come_back_from_the_boot_service() {
+fn a_guest_on_a_vf_blocks_vf_and_partition_changes() {
     let h = host("vdi-mixed");
     let amd = h.amd();
-    amd.set_num_vf(addr(MI300), 0).unwrap();
-    amd.set_compute_partition(addr(MI300), "DPX").unwrap();
-    h.reboot().unwrap();
-    assert_eq!(amd.partition(addr(MI300)).unwrap().compute, "DPX");
+    let fs = h.sysfs();
+    let vf = first_vf(&fs, MI300);
+    write(&fs, &dev(&vf.to_string(), "driver_override"), "vfio-pci");
+    write(&fs, "/sys/bus/pci/drivers_probe", &vf.to_string());
+    h.set_vfio_open(vf, true).unwrap();
+    assert_eq!(status(amd.set_num_vf(addr(MI300), 2)), AmdStatus::BUSY);
     assert_eq!(
-        amd.num_vf(addr(MI300)).unwrap(),
+        status(amd.set_memory_partition(addr(MI300), "NPS4")),
+        AmdStatus::BUSY
+    );
+    assert_eq!(
+        status(amd.set_compute_partition(addr(MI300), "CPX")),
+        AmdStatus::BUSY
+    );
+    amd.set_memory_partition(addr(MI300), "NPS1").unwrap();
+    // GIM's sysfs store reports success for a refused change.
+    write(&fs, &dev(MI300, "memory_partition_mode"), "NPS4\n");
+    assert_eq!(amd.partition(addr(MI300)).unwrap().memory, "NPS1");
+
+    h.set_vfio_open(vf, false).unwrap();
+    amd.set_memory_partition(addr(MI300), "NPS4").unwrap();
+    assert_eq!(
+        amd.partition(addr(MI300)).unwrap().memory,
+        "NPS4",
+        "at once: no driver reload under GIM"
+    );
+}
+
+#[test]
+fn partitions_are_hive_wide_and_the_firmware_allows_one_vf() {
+    let h = host("mi300x-gim");
+    let amd = h.amd();
+    let fs = h.sysfs();
+    assert_eq!(amd.gpus().unwrap().len(), 8);
+    assert_eq!(
+        amd.num_vf(addr(GIM0)).unwrap(),
         gpu::VfCount {
             enabled: 1,
-            supported: 2
+            supported: 1
         }
     );
+    assert_eq!(status(amd.set_num_vf(addr(GIM0), 8)), AmdStatus::INVAL);
+    assert_eq!(
+        amd.xgmi_hive(addr(GIM0)).unwrap(),
+        amd.xgmi_hive(addr(GIM7)).unwrap()
+    );
+
+    amd.set_compute_partition(addr(GIM0), "CPX").unwrap();
+    assert_eq!(amd.partition(addr(GIM7)).unwrap().compute, "CPX");
+
+    let vf = first_vf(&fs, GIM7);
+    write(&fs, &dev(&vf.to_string(), "driver_override"), "vfio-pci");
+    write(&fs, "/sys/bus/pci/drivers_probe", &vf.to_string());
+    h.set_vfio_open(vf, true).unwrap();
+    assert_eq!(
+        status(amd.set_memory_partition(addr(GIM0), "NPS4")),
+        AmdStatus::BUSY,
+        "a guest on another GPU of the hive"
+    );
+}
+
+#[test]
+fn partitions_survive_a_reboot_and_gim_makes_vf_num_vfs_again() {
+    let h = host("vdi-mixed");
+    let amd = h.amd();
+    amd.set_num_vf(addr(MI300), 2).unwrap();
+    amd.set_memory_partition(addr(MI300), "NPS4").unwrap();
+    h.reboot().unwrap();
+    let p = amd.partition(addr(MI300)).unwrap();
+    assert_eq!(p.memory, "NPS4");
+    assert_eq!(p.compute, "SPX", "DPX does not take vf_num's one VF");
+    assert_eq!(amd.num_vf(addr(MI300)).unwrap().enabled, 1);
 }

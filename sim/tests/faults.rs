@@ -137,8 +137,6 @@ fn partial_vfs_report_success_with_fewer_vfs() {
     let h = host("vdi-mixed");
     let amd = h.amd();
     let mi300 = addr("0000:c1:00.0");
-    amd.set_num_vf(mi300, 0).unwrap();
-    amd.set_compute_partition(mi300, "CPX").unwrap();
     h.inject_fault(fault("amd:amdsmi_set_num_vf=partial:3,times=1"))
         .unwrap();
     amd.set_num_vf(mi300, 8).unwrap();

@@ -215,7 +215,7 @@ fn bus_writes_name_devices_exactly() {
 }
 
 #[test]
-fn disabling_vfs_is_refused_while_a_vm_holds_one() {
+fn changing_vfs_is_refused_while_a_vm_holds_one() {
     let h = host("vdi-mixed");
     let fs = h.sysfs();
     let mi300 = "0000:c1:00.0";
@@ -239,11 +239,17 @@ fn disabling_vfs_is_refused_while_a_vm_holds_one() {
     bind_vfio(&fs, vf);
     assert!(exists(&fs, &format!("/dev/vfio/{}", group_of(&fs, vf))));
     h.set_vfio_open(addr(vf), true).unwrap();
-    assert_eq!(write_err(&fs, &dev(mi300, "sriov_numvfs"), "0"), EBUSY);
+    // GIM has no sriov_configure; its host AMD SMI changes the count, not while a VM holds a VF.
+    assert_eq!(write_err(&fs, &dev(mi300, "sriov_numvfs"), "0"), ENOENT);
+    let amd = h.amd();
+    assert_eq!(
+        amd.set_num_vf(addr(mi300), 2).unwrap_err().status,
+        gpu::AmdStatus::BUSY
+    );
     assert_eq!(self::vfs_len(&fs, mi300), 1);
     h.set_vfio_open(addr(vf), false).unwrap();
-    write(&fs, &dev(mi300, "sriov_numvfs"), "0");
-    assert_eq!(self::vfs_len(&fs, mi300), 0);
+    amd.set_num_vf(addr(mi300), 2).unwrap();
+    assert_eq!(self::vfs_len(&fs, mi300), 2);
 }
 
 fn vfs_len(fs: &std::sync::Arc<dyn sysfs::Sysfs>, pf: &str) -> usize {

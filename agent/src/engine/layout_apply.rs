@@ -113,6 +113,7 @@ impl Engine {
                 }
             }
         }
+        let mut partitions = Vec::new();
         for (dev, index, model) in self.facts()? {
             let facts = GpuFacts {
                 dev: &dev,
@@ -129,6 +130,7 @@ impl Engine {
                     dev.address, chosen[0].name, chosen[1].name
                 )));
             }
+            partitions.push((dev.address, chosen.first().and_then(|l| l.amd.as_ref())));
             for l in chosen {
                 if let Some(want) = &l.amd {
                     self.check_partition(&dev, l, want)?;
@@ -155,6 +157,7 @@ impl Engine {
                     })?;
             }
         }
+        self.check_partition_hives(&partitions)?;
         Ok(())
     }
 

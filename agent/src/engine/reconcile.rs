@@ -136,7 +136,9 @@ impl Engine {
                 let pf = gpu.pci().ok_or_else(|| {
                     EngineError::InvalidRequest(format!("{gpu} is not a PCI device"))
                 })?;
-                self.partition_steps(pf, partition)?;
+                if let Some(why) = self.partition_steps(pf, partition)? {
+                    tracing::info!(intent = n, %gpu, "{why}");
+                }
                 tracing::info!(intent = n, %gpu, "finished an unfinished partition change");
                 self.write(|d| d.intents.remove(&n))?;
             }

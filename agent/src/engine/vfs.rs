@@ -1,6 +1,7 @@
 //! Enabling and disabling a GPU's SR-IOV VFs for the VF-based backends.
 //!
-//! On AMD GPUs AMD SMI sets the count when it answers (it knows the partition mode's limit).
+//! On AMD GPUs only GIM's host AMD SMI sets the count (neither amdgpu nor GIM has
+//! `sriov_configure`), never to 0.
 //! On NVIDIA GPUs `nvidia.ko` cannot configure SR-IOV through `sriov_numvfs`: the VFs go on and
 //! off all together through NVIDIA's sequence (`sriov-manage`, or the same steps through sysfs;
 //! [`vfio::set_nvidia_vfs`]), which rebinds the PF and so destroys every MIG GPU instance on the
@@ -37,28 +38,46 @@ pub(crate) fn target_count(host: &TimedHost, dev: &vfio::PciDevice) -> u32 {
 }
 
 /// Sets the VF count and returns how many the kernel really enabled. On an NVIDIA GPU any
-/// non-zero count enables them all (the only way its driver has).
+/// non-zero count enables them all (the only way its driver has). On an AMD GPU only GIM's host
+/// AMD SMI can, never to 0 (GIM keeps at least one VF); amdgpu makes none.
 pub(crate) fn set_count(host: &TimedHost, gpu: PciAddress, count: u32) -> Result<u32> {
     let dev = host.gpu(gpu)?;
-    if let Some(amd) = amd_for(host, &dev) {
-        let timeout = host.timeout();
-        amd.set_num_vf(gpu, count).map_err(|e| {
-            EngineError::from_amd(
-                format!("cannot set {count} VFs on GPU {gpu}"),
-                gpu,
-                timeout,
-                e,
-            )
-        })?;
-        return amd.num_vf(gpu).map(|c| c.enabled).map_err(|e| {
-            EngineError::from_amd(format!("cannot read VFs of GPU {gpu}"), gpu, timeout, e)
-        });
+    if dev.vendor == PciVendorId::AMD {
+        return set_amd(host, &dev, count);
     }
     if TimedHost::is_nvidia(&dev) {
         return set_nvidia(host, gpu, count > 0);
     }
     vfio::set_num_vfs(host.fs(), gpu, count)
         .map_err(|e| EngineError::from_vfio(format!("cannot set {count} VFs on GPU {gpu}"), e))
+}
+
+/// An AMD GPU's VF count through GIM's host AMD SMI, read back.
+fn set_amd(host: &TimedHost, dev: &vfio::PciDevice, count: u32) -> Result<u32> {
+    let gpu = dev.address;
+    let Some(amd) = amd_for(host, dev) else {
+        return Err(EngineError::Unsupported(format!(
+            "GPU {gpu}: AMD VFs are made by AMD's MxGPU driver GIM through its host AMD SMI \
+             library (libamdsmi.so); the GPU is not on GIM or the library is missing"
+        )));
+    };
+    if count == 0 {
+        return Err(EngineError::Unsupported(format!(
+            "GPU {gpu} is on GIM, which keeps at least one VF (unload gim for none)"
+        )));
+    }
+    let timeout = host.timeout();
+    amd.set_num_vf(gpu, count).map_err(|e| {
+        EngineError::from_amd(
+            format!("cannot set {count} VFs on GPU {gpu}"),
+            gpu,
+            timeout,
+            e,
+        )
+    })?;
+    amd.num_vf(gpu).map(|c| c.enabled).map_err(|e| {
+        EngineError::from_amd(format!("cannot read VFs of GPU {gpu}"), gpu, timeout, e)
+    })
 }
 
 /// NVIDIA's sequence; its route and result are logged (it rebinds the GPU's PF).
@@ -159,7 +178,9 @@ pub(crate) fn disable_if_unused(
     gpu: PciAddress,
     reserved: &[Identity],
 ) -> Result<bool> {
-    if host.vfs(gpu)?.is_empty() || in_use(host, gpu, reserved)? {
+    // GIM keeps its VFs (and amdgpu has none): only NVIDIA's and the kernel's go off again.
+    let amd = host.gpu(gpu)?.vendor == PciVendorId::AMD;
+    if amd || host.vfs(gpu)?.is_empty() || in_use(host, gpu, reserved)? {
         return Ok(false);
     }
     set_count(host, gpu, 0)?;
@@ -179,11 +200,15 @@ pub(crate) fn ensure_index(
         return Ok(false);
     }
     if enabled > 0 {
-        // The kernel refuses one non-zero count to another: only possible through 0.
         if in_use(host, gpu, reserved)? {
             return Err(EngineError::Conflict(format!(
                 "GPU {gpu} has {enabled} VFs in use but VF {index} is needed; the count cannot change while they are used"
             )));
+        }
+        // GIM changes one non-zero count to another itself; the kernel only through 0.
+        if host.gpu(gpu)?.vendor == PciVendorId::AMD {
+            set_count(host, gpu, index + 1)?;
+            return Ok(true);
         }
         set_count(host, gpu, 0)?;
     }
