@@ -239,8 +239,8 @@ fn crash_test(profile: &str, mode: &str, target: usize) {
     assert_eq!(host_slices(&h).len(), expected);
 }
 
-/// A partition change killed between its steps (VFs off and the memory mode set, the compute
-/// mode call hanging) is finished by the reconciler of the next start, before the layouts.
+/// A partition change killed between its steps (the memory mode set, GIM's VF-count call
+/// hanging) is finished by the reconciler of the next start, before the layouts.
 #[test]
 fn kill_nine_in_the_middle_of_an_amd_partition_change() {
     const MI300X: &str = "0000:c1:00.0";
@@ -249,7 +249,7 @@ fn kill_nine_in_the_middle_of_an_amd_partition_change() {
     let state = tmp.path().join("state");
     let h = SimHost::create(&host_dir, Profile::builtin("vdi-mixed").unwrap()).unwrap();
     h.inject_fault(
-        format!("amd:amdsmi_set_gpu_compute_partition@{MI300X}=hang:60000,times=1")
+        format!("amd:amdsmi_set_num_vf@{MI300X}=hang:60000,times=1")
             .parse()
             .unwrap(),
     )
@@ -275,11 +275,11 @@ fn kill_nine_in_the_middle_of_an_amd_partition_change() {
     // Half way, and inside the hanging call: the simulator uses the fault up as the call starts
     // (killing before that would leave the hang for the next start to run into).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while modes(&h) != ("SPX".into(), "NPS4".into(), 0) || !h.faults().unwrap().is_empty() {
+    while modes(&h) != ("SPX".into(), "NPS4".into(), 1) || !h.faults().unwrap().is_empty() {
         assert!(Instant::now() < deadline, "the change never got half way");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.kill().unwrap(); // SIGKILL, while the compute mode call hangs
+    child.kill().unwrap(); // SIGKILL, while the VF-count call hangs
     child.wait().unwrap();
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
@@ -289,7 +289,7 @@ fn kill_nine_in_the_middle_of_an_amd_partition_change() {
     );
 
     let h = SimHost::open(&host_dir).unwrap();
-    assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 0), "left half way");
+    assert_eq!(modes(&h), ("SPX".into(), "NPS4".into(), 1), "left half way");
     let e = engine(&h, &state);
     assert_eq!(e.pending_intents(), 1, "the open partition intent survived");
     let mut events = e.subscribe();
