@@ -279,6 +279,33 @@ impl Engine {
         loss
     }
 
+    /// For a dry run: the GPU instances enabling the GPU's VFs would destroy, and what blocks
+    /// that or is given up, as [`Engine::enable_vfs`] would find them after the slices in
+    /// `removed_first` (which the apply destroys before) are gone. `None`: the GPU has VFs, or the
+    /// enable destroys nothing. Touches nothing.
+    pub(crate) fn planned_instance_loss(
+        &self,
+        gpu: PciAddress,
+        removed_first: &[SliceId],
+    ) -> Result<Option<(Vec<gpu::GpuInstance>, InstanceLoss)>> {
+        let gone: Vec<u32> = self.read(|d| {
+            removed_first
+                .iter()
+                .filter_map(|id| d.slices.get(id))
+                .filter_map(gi_start)
+                .collect()
+        });
+        let lost: Vec<gpu::GpuInstance> = instances_lost_by_enable(self.host(), gpu)?
+            .into_iter()
+            .filter(|gi| !gone.contains(&gi.placement.start))
+            .collect();
+        if lost.is_empty() {
+            return Ok(None);
+        }
+        let loss = self.instance_loss(gpu, &lost);
+        Ok(Some((lost, loss)))
+    }
+
     /// Refuses (`conflict`) when [`Engine::instance_loss`] finds anything blocking, else
     /// destroys our free slices on the instances and returns them.
     fn give_up_instances(
