@@ -8,6 +8,7 @@ use agent::engine::{LayoutEntry, LayoutState};
 use testkit::*;
 
 const A100: &str = "0000:07:00.0";
+const H200: &str = "0000:18:00.0";
 const FIXTURE: &str = include_str!("../../tests/fixtures/mig-parted-config.yaml");
 
 fn entry(t: &str, count: u32) -> LayoutEntry {
@@ -203,5 +204,85 @@ fn mdevctl_definitions_are_planned_then_adopted_or_created() {
         defs[..2].iter().all(|d| d.action == MdevAction::Skip
             && d.reason.as_deref().unwrap().contains("owned already")),
         "{defs:?}"
+    );
+}
+
+/// The plan of one GPU for a layout of one MIG-backed vGPU and one 1g.18gb instance.
+fn vgpu_host_plan(e: &agent::engine::Engine) -> agent::engine::import::GpuPlan {
+    let source = ImportSource::Layouts(vec![gpu_layout(
+        H200,
+        &[("NVIDIA H200X-1-18C", 1), ("1g.18gb", 1)],
+    )]);
+    let ImportPlan::Layouts { gpus, .. } = e.plan_import(&source).unwrap() else {
+        panic!()
+    };
+    gpus.into_iter().find(|g| g.gpu == addr(H200)).unwrap()
+}
+
+#[test]
+fn a_plan_shows_the_vf_step_that_destroys_the_gpu_instances() {
+    let h = sim("hgx-h200-vgpu");
+    h.set_mig_mode(addr(H200), true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    // No GPU instance yet: the VFs cost nothing, no step shown.
+    assert_eq!(vgpu_host_plan(&e).vf_enable, None);
+    // A free 1g.18gb of ours, which the layout keeps: the first vGPU's VF step destroys it.
+    let mig = create(&e, H200, mig_kind("1g.18gb", Some(0))).unwrap();
+    let plan = vgpu_host_plan(&e);
+    assert!(plan.destroy.is_empty(), "{plan:?}");
+    let step = plan.vf_enable.expect("the VF step is shown");
+    assert_eq!(step.destroys.len(), 1, "{step:?}");
+    assert!(step.destroys[0].contains("start 0"), "{step:?}");
+    assert_eq!(step.gives_up, vec![mig.id]);
+    assert_eq!(step.refused, None);
+    // Allocated, it blocks the step: the plan says the apply refuses, and why.
+    let a = e
+        .allocate(request("tenant-a", "1g.18gb", Some(H200)))
+        .unwrap();
+    let step = vgpu_host_plan(&e).vf_enable.unwrap();
+    assert!(step.gives_up.is_empty(), "{step:?}");
+    let refused = step.refused.expect("refused while allocated");
+    assert!(
+        refused.contains("destroys every MIG GPU instance")
+            && refused.contains(&mig.id.to_string())
+            && refused.contains("tenant-a"),
+        "{refused}"
+    );
+    assert_eq!(numvfs(&h, H200), 0, "planning touched nothing");
+    // The apply does what the plan said: the vGPU is refused with the same words.
+    let source = ImportSource::Layouts(vec![gpu_layout(
+        H200,
+        &[("NVIDIA H200X-1-18C", 1), ("1g.18gb", 1)],
+    )]);
+    let outcome = e.import(&source, false).unwrap();
+    let status = &outcome.layouts.unwrap().status;
+    let s = status.iter().find(|s| s.gpu == addr(H200)).unwrap();
+    assert_eq!(s.state, LayoutState::Failed, "{s:?}");
+    assert!(s.reasons.iter().any(|r| r.contains(&refused)), "{s:?}");
+    assert_eq!(h.nvml().gpu_instances(0).unwrap().len(), 1);
+    e.release(a.id).unwrap();
+}
+
+#[test]
+fn a_plan_names_a_foreign_gpu_instance_that_blocks_the_vf_step() {
+    let h = sim("hgx-h200-vgpu");
+    h.set_mig_mode(addr(H200), true).unwrap();
+    let nvml = h.nvml();
+    let p = nvml
+        .gpu_instance_profiles(0)
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name.to_string() == "1g.18gb")
+        .unwrap();
+    nvml.create_gpu_instance(0, p.id, gpu::Placement { start: 6, size: 1 })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let step = vgpu_host_plan(&e).vf_enable.unwrap();
+    assert!(step.destroys[0].contains("start 6"), "{step:?}");
+    assert!(
+        step.refused.as_deref().unwrap().contains("is not vgpud's"),
+        "{step:?}"
     );
 }

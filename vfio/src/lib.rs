@@ -35,7 +35,8 @@ pub use nvidia::{
     set_current_vgpu_type, vgpu_gpu_instance,
 };
 pub use nvidia_sriov::{
-    NVIDIA_DRIVER, NvidiaSriovOutcome, PCI_PF_STUB, SriovRoute, has_sriov_manage, set_nvidia_vfs,
+    NVIDIA_DRIVER, NvidiaSriovOutcome, PCI_PF_STUB, SriovRoute, StubState,
+    finish_interrupted_sequence, has_sriov_manage, interrupted_sequence, set_nvidia_vfs,
 };
 pub use sriov::{SriovInfo, set_num_vfs};
 

@@ -13,6 +13,12 @@
 //!
 //! Handing the PF back to `nvidia` destroys every MIG GPU instance on the GPU: deciding whether
 //! that is acceptable is the caller's business, before it calls.
+//!
+//! A process killed in the middle of the sysfs sequence leaves the PF off `nvidia` (on
+//! pci-pf-stub, or unbound), with or without VFs: invisible to NVML and every vGPU tool
+//! (bigstack-oss/cubecos issue 1459). [`interrupted_sequence`] recognises that state from sysfs
+//! and [`finish_interrupted_sequence`] completes it either way (VFs on or off); which way is the
+//! caller's decision.
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +51,23 @@ pub struct NvidiaSriovOutcome {
     pub route: SriovRoute,
     /// VFs enabled afterwards (read back).
     pub num_vfs: u32,
+}
+
+/// What [`interrupted_sequence`] found on a PF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StubState {
+    /// Not an NVIDIA SR-IOV PF off `nvidia` (on it, on vfio-pci, not NVIDIA, ...): nothing to do.
+    Clear,
+    /// An NVIDIA PF the sequence left off `nvidia`: finish it.
+    Interrupted {
+        /// The PF's driver now: pci-pf-stub, or none.
+        driver: Option<String>,
+        /// VFs enabled now.
+        num_vfs: u32,
+    },
+    /// An NVIDIA PF on pci-pf-stub (or unbound with its override naming it) that shows signs of
+    /// another use than the sequence (`why`): left alone.
+    Elsewhere(String),
 }
 
 /// `/proc/driver/nvidia/gpus/<bdf>/unbindLock`.
@@ -229,6 +252,92 @@ fn bind_vfs_to_nvidia(fs: &dyn Sysfs, pf: PciAddress) -> Result<(), VfioError> {
         expect_driver(fs, vf, NVIDIA_DRIVER)?;
     }
     Ok(())
+}
+
+/// Whether `pf` is an NVIDIA GPU that NVIDIA's SR-IOV sequence left off `nvidia`, read from
+/// sysfs alone (NVML no longer sees such a GPU).
+///
+/// The sequence's traces: the PF bound to pci-pf-stub (which binds no NVIDIA device by id,
+/// drivers/pci/pci-pf-stub.c: only through `driver_override` or `new_id`), or bound to nothing
+/// with its `driver_override` naming pci-pf-stub (killed between unbind and probe) or with VFs
+/// (killed while handing it back: `nvidia`'s remove disables SR-IOV, pci-pf-stub's does not).
+/// The assumption is that nothing else parks an NVIDIA GPU there on a vgpud host (the NVIDIA
+/// driver cannot use it). What the sequence never does is reported as [`StubState::Elsewhere`]:
+/// an override naming another driver, or a VF bound to any driver (under pci-pf-stub no driver
+/// can take an NVIDIA VF for the sequence; someone who bound one, to vfio-pci say, uses it).
+pub fn interrupted_sequence(fs: &dyn Sysfs, pf: PciAddress) -> Result<StubState, VfioError> {
+    let dev = crate::read_device(fs, pf)?;
+    let Some(sriov) = dev.sriov.as_ref() else {
+        return Ok(StubState::Clear);
+    };
+    if dev.vendor != ids::PciVendorId::NVIDIA || dev.is_vf() {
+        return Ok(StubState::Clear);
+    }
+    let on_stub = dev.driver.as_deref() == Some(PCI_PF_STUB);
+    let override_stub = dev.driver_override.as_deref() == Some(PCI_PF_STUB);
+    let unbound_mid = dev.driver.is_none() && (override_stub || sriov.num_vfs > 0);
+    if !(on_stub || unbound_mid) {
+        return Ok(StubState::Clear);
+    }
+    if let Some(other) = dev.driver_override.as_deref().filter(|o| *o != PCI_PF_STUB) {
+        return Ok(StubState::Elsewhere(format!(
+            "its driver_override names {other}"
+        )));
+    }
+    for vf in &sriov.vfs {
+        if let Some(d) = crate::bound_driver(fs, *vf)? {
+            return Ok(StubState::Elsewhere(format!("its VF {vf} is bound to {d}")));
+        }
+    }
+    Ok(StubState::Interrupted {
+        driver: dev.driver.clone(),
+        num_vfs: sriov.num_vfs,
+    })
+}
+
+/// Completes a sequence [`interrupted_sequence`] found: with `want_vfs`, the VFs are enabled
+/// (all of them, as `sriov-manage -e`) unless some are, the PF handed back to `nvidia` and every
+/// VF bound to `nvidia`; without, the VFs are disabled and the PF handed back. Always through
+/// sysfs: `sriov-manage` starts from a PF on `nvidia`. Whatever step fails, the PF is handed back
+/// before returning. Returns the VF count read back.
+pub fn finish_interrupted_sequence(
+    fs: &dyn Sysfs,
+    pf: PciAddress,
+    want_vfs: bool,
+) -> Result<u32, VfioError> {
+    let dir = device_dir(pf);
+    let now: u32 = fs.read_parse(&dir.join("sriov_numvfs"))?;
+    let count = if want_vfs {
+        fs.read_parse::<u32>(&dir.join("sriov_totalvfs"))?
+    } else {
+        0
+    };
+    let step = if (now > 0) == want_vfs {
+        Ok(())
+    } else {
+        onto_stub(fs, pf).and_then(|()| {
+            fs.write_str(&dir.join("sriov_numvfs"), &count.to_string())
+                .map_err(VfioError::from)
+        })
+    };
+    let back = back_to_nvidia(fs, pf);
+    step?;
+    back?;
+    if want_vfs {
+        bind_vfs_to_nvidia(fs, pf)?;
+    }
+    Ok(fs.read_parse(&dir.join("sriov_numvfs"))?)
+}
+
+/// Binds an unbound PF to pci-pf-stub (its `sriov_numvfs` needs a driver with
+/// `sriov_configure`); one on pci-pf-stub already is left there.
+fn onto_stub(fs: &dyn Sysfs, pf: PciAddress) -> Result<(), VfioError> {
+    if fs.link_name_opt(&device_dir(pf).join("driver"))?.is_some() {
+        return expect_driver(fs, pf, PCI_PF_STUB);
+    }
+    fs.write_str(&device_dir(pf).join("driver_override"), PCI_PF_STUB)?;
+    fs.write_str(Path::new(DRIVERS_PROBE), &pf.to_string())?;
+    expect_driver(fs, pf, PCI_PF_STUB)
 }
 
 fn expect_driver(fs: &dyn Sysfs, addr: PciAddress, driver: &str) -> Result<(), VfioError> {

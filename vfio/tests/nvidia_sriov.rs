@@ -130,3 +130,116 @@ fn on_enoent_the_sysfs_sequence_starts_with_the_override() {
         )
     );
 }
+
+/// The fixture's H200 as an interrupted sequence left it: on pci-pf-stub with two VFs (the
+/// VFs unbound, as nothing can take an NVIDIA VF while its PF is off `nvidia`).
+fn left_on_stub() -> Host {
+    let host = Host::two_socket();
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.0",
+        "0x10de",
+        "0x2335",
+        "0x030200",
+    )
+    .sriov(16, &["0000:41:00.4", "0000:41:00.5"])
+    .driver("pci-pf-stub")
+    .attr("driver_override", "pci-pf-stub");
+    host
+}
+
+#[test]
+fn an_nvidia_pf_left_on_pci_pf_stub_is_an_interrupted_sequence() {
+    let host = left_on_stub();
+    assert_eq!(
+        interrupted_sequence(&host.probe(), addr("0000:41:00.0")).unwrap(),
+        StubState::Interrupted {
+            driver: Some("pci-pf-stub".to_owned()),
+            num_vfs: 2
+        }
+    );
+    // Reading is all it does.
+    let probe = host.probe();
+    interrupted_sequence(&probe, addr("0000:41:00.0")).unwrap();
+    assert!(probe.writes().is_empty());
+}
+
+#[test]
+fn unbound_with_the_stub_override_or_with_vfs_is_interrupted_too() {
+    // Killed between the unbind and the probe: no driver, the override still set.
+    let host = Host::two_socket_sriov();
+    std::fs::remove_file(host.backing("/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0/driver"))
+        .unwrap();
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.0",
+        "0x10de",
+        "0x2335",
+        "0x030200",
+    )
+    .attr("driver_override", "pci-pf-stub");
+    assert!(matches!(
+        interrupted_sequence(&host.probe(), addr("0000:41:00.0")).unwrap(),
+        StubState::Interrupted {
+            driver: None,
+            num_vfs: 0
+        }
+    ));
+    // Unbound, no override, no VFs: nothing says the sequence ran (an operator's unbind).
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.0",
+        "0x10de",
+        "0x2335",
+        "0x030200",
+    );
+    assert_eq!(
+        interrupted_sequence(&host.probe(), addr("0000:41:00.0")).unwrap(),
+        StubState::Clear
+    );
+}
+
+#[test]
+fn a_pf_on_nvidia_or_not_nvidias_is_clear() {
+    let host = Host::two_socket_sriov();
+    assert_eq!(
+        interrupted_sequence(&host.probe(), addr("0000:41:00.0")).unwrap(),
+        StubState::Clear
+    );
+    // An Intel NIC's PF on pci-pf-stub is not NVIDIA's sequence.
+    host.pci("pci0000:00/0000:00:1f.6", "0x8086", "0x15fa", "0x020000")
+        .sriov(8, &[])
+        .driver("pci-pf-stub")
+        .attr("driver_override", "pci-pf-stub");
+    assert_eq!(
+        interrupted_sequence(&host.probe(), addr("0000:00:1f.6")).unwrap(),
+        StubState::Clear
+    );
+}
+
+#[test]
+fn a_bound_vf_or_another_override_means_someone_else_uses_the_stub() {
+    let host = left_on_stub();
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.5",
+        "0x10de",
+        "0x2336",
+        "0x030200",
+    )
+    .driver("vfio-pci");
+    let StubState::Elsewhere(why) =
+        interrupted_sequence(&host.probe(), addr("0000:41:00.0")).unwrap()
+    else {
+        panic!("a VF on vfio-pci is someone's")
+    };
+    assert!(why.contains("0000:41:00.5 is bound to vfio-pci"), "{why}");
+    let host = left_on_stub();
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.0",
+        "0x10de",
+        "0x2335",
+        "0x030200",
+    )
+    .attr("driver_override", "vfio-pci");
+    assert!(matches!(
+        interrupted_sequence(&host.probe(), addr("0000:41:00.0")).unwrap(),
+        StubState::Elsewhere(why) if why.contains("vfio-pci")
+    ));
+}

@@ -234,11 +234,46 @@ fn layouts_diff_text(o: &Value) -> String {
         ]);
     }
     out.push_str(&g.render());
+    for p in o["gpus"].as_array().into_iter().flatten() {
+        out.push_str(&vf_enable_text(&p["gpu"], &p["vf_enable"]));
+    }
     if let Some(view) = o.get("result").filter(|v| !v.is_null()) {
         out.push('\n');
         out.push_str(&crate::layouts_text(view));
     }
     out
+}
+
+/// The destructive VF step on one GPU, as its own line (none when the plan has none).
+fn vf_enable_text(gpu: &Value, step: &Value) -> String {
+    if step.is_null() {
+        return String::new();
+    }
+    let list = |v: &Value| {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(cell)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut line = format!(
+        "{}: enabling VFs destroys every MIG GPU instance: {}",
+        cell(gpu),
+        list(&step["destroys"])
+    );
+    match step["refused"].as_str() {
+        Some(why) => line.push_str(&format!("; refused: {why}")),
+        None if step["gives_up"].as_array().is_some_and(|a| !a.is_empty()) => {
+            line.push_str(&format!(
+                "; free slices destroyed first: {}",
+                list(&step["gives_up"])
+            ));
+        }
+        None => {}
+    }
+    line.push('\n');
+    line
 }
 
 fn definitions_text(o: &Value) -> String {
@@ -304,5 +339,34 @@ mod tests {
         );
         assert!(text.contains("small           removed"), "{text}");
         assert!(text.contains("1x7g.80gb (allocated)"), "{text}");
+        assert!(!text.contains("enabling VFs"), "{text}");
+    }
+
+    #[test]
+    fn the_vf_step_is_its_own_line() {
+        let o = json!({
+            "dry_run": true, "format": "mig-parted",
+            "layouts": {"added": [], "changed": [], "removed": [], "unchanged": ["l"]},
+            "gpus": [{"gpu": "0000:18:00.0", "layout": "l",
+                      "create": [{"type": "NVIDIA H200X-1-18C", "count": 1}], "destroy": [],
+                      "vf_enable": {"destroys": ["GPU instance 1 (start 0, size 1)"],
+                                    "gives_up": [], "refused": "slice s is allocated"}},
+                     {"gpu": "0000:19:00.0", "layout": "l", "create": [], "destroy": [],
+                      "vf_enable": {"destroys": ["GPU instance 2 (start 6, size 1)"],
+                                    "gives_up": ["s2"]}}],
+            "definitions": []
+        });
+        let text = outcome_text(&o);
+        assert!(
+            text.contains(
+                "0000:18:00.0: enabling VFs destroys every MIG GPU instance: GPU instance 1 \
+                 (start 0, size 1); refused: slice s is allocated\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("0000:19:00.0: enabling VFs destroys every MIG GPU instance: GPU instance 2 (start 6, size 1); free slices destroyed first: s2\n"),
+            "{text}"
+        );
     }
 }

@@ -265,6 +265,22 @@ pub struct GpuPlan {
     pub destroy: Vec<PlannedRemoval>,
     /// The MIG mode the layout sets, when it differs from the current one.
     pub mig: Option<bool>,
+    /// The destructive VF step, when the apply would enable the VFs of an NVIDIA GPU that has
+    /// MIG GPU instances (for the first vendor-VFIO vGPU it makes).
+    pub vf_enable: Option<PlannedVfEnable>,
+}
+
+/// Enabling an NVIDIA GPU's VFs hands its PF back to the NVIDIA driver, which destroys every
+/// MIG GPU instance on it: what the apply would lose, or why it would refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedVfEnable {
+    /// The GPU instances the step destroys (`GPU instance <id> (start <s>, size <n>)`).
+    pub destroys: Vec<String>,
+    /// vgpud's free slices on them, destroyed first.
+    pub gives_up: Vec<SliceId>,
+    /// Why the apply refuses the step (an instance of an allocated slice, or one not vgpud's);
+    /// `None`: it goes ahead. The slices needing VFs then fail (`conflict`) or wait.
+    pub refused: Option<String>,
 }
 
 /// What an mdevctl definition would become.
@@ -479,6 +495,7 @@ impl Engine {
                 create: Vec::new(),
                 destroy: Vec::new(),
                 mig: None,
+                vf_enable: None,
             };
             let Some(layout) = layout else {
                 plans.push(plan);
@@ -510,6 +527,12 @@ impl Engine {
                     }),
                 }
             }
+            let needs_vfs = want
+                .iter()
+                .any(|(k, n, _)| *n > 0 && super::backend::needs_vfs(k.backend()));
+            if needs_vfs && self.host().vfs(gpu)?.is_empty() {
+                plan.vf_enable = self.planned_vf_enable(gpu, &plan.destroy)?;
+            }
             plan.create = want
                 .into_iter()
                 .filter(|(_, n, _)| *n > 0)
@@ -523,6 +546,38 @@ impl Engine {
             plans.push(plan);
         }
         Ok(plans)
+    }
+}
+
+impl Engine {
+    /// The VF step of a plan: the apply destroys its free surplus slices first, then the first
+    /// vendor-VFIO vGPU enables the VFs ([`Engine::enable_vfs`]).
+    fn planned_vf_enable(
+        &self,
+        gpu: PciAddress,
+        destroy: &[PlannedRemoval],
+    ) -> Result<Option<PlannedVfEnable>> {
+        let first: Vec<SliceId> = destroy
+            .iter()
+            .filter(|r| !r.allocated)
+            .map(|r| r.slice)
+            .collect();
+        let Some((lost, loss)) = self.planned_instance_loss(gpu, &first)? else {
+            return Ok(None);
+        };
+        Ok(Some(PlannedVfEnable {
+            destroys: lost
+                .iter()
+                .map(|gi| {
+                    format!(
+                        "GPU instance {} (start {}, size {})",
+                        gi.id, gi.placement.start, gi.placement.size
+                    )
+                })
+                .collect(),
+            gives_up: loss.ours.iter().map(|s| s.id).collect(),
+            refused: loss.refusal(gpu),
+        }))
     }
 }
 

@@ -36,6 +36,7 @@ pub mod reports;
 mod resolve;
 mod scheduling;
 mod snapshot;
+mod sriov_recovery;
 mod state;
 mod timed_host;
 mod vendor;

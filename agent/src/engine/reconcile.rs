@@ -35,6 +35,13 @@ pub struct ReconcileReport {
     pub failed: Vec<(SliceId, String)>,
     /// Slices vgpud did not create, left alone.
     pub foreign: Vec<String>,
+    /// Free owned slices destroyed because re-enabling VFs destroys their GPU instances (an
+    /// NVIDIA VF change rebinds the PF), with why.
+    #[serde(default)]
+    pub given_up: Vec<(SliceId, String)>,
+    /// NVIDIA PFs an interrupted SR-IOV sequence left off `nvidia`: what was found and done.
+    #[serde(default)]
+    pub interrupted_sriov: Vec<String>,
     /// Layout status per GPU.
     pub layouts: Vec<GpuLayoutStatus>,
     /// libvirt domains whose vgpud records name allocations or slices that no longer exist
@@ -70,6 +77,9 @@ impl Engine {
     /// Only a store failure fails the pass; everything else is in the report.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
         let mut report = ReconcileReport::default();
+        // First: a PF left on pci-pf-stub hides its GPU from NVML and its VFs' vGPU files, which
+        // the intents' rollbacks and the restores below need.
+        self.finish_interrupted_sriov(&mut report);
         self.resolve_intents(&mut report)?;
         self.restore_vfs(&mut report);
         self.restore_owned(&mut report);
@@ -161,7 +171,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Every owned VF index must exist before types or bindings can be restored on it.
+    /// Every owned VF index must exist before types or bindings can be restored on it. On an
+    /// NVIDIA GPU that is the checked, destructive step of [`Engine::restore_vf_index`]: refused
+    /// while a GPU instance it would destroy is allocated or not ours (the VF slices fail with
+    /// why), our free slices on them given up first.
     fn restore_vfs(&self, report: &mut ReconcileReport) {
         let mut need: BTreeMap<PciAddress, (u32, Vec<SliceId>)> = BTreeMap::new();
         for s in self.read(|d| d.slices.values().cloned().collect::<Vec<_>>()) {
@@ -176,10 +189,19 @@ impl Engine {
             match self
                 .host()
                 .gpu(gpu)
-                .and_then(|_| vfs::ensure_index(self.host(), gpu, index, &[]))
+                .and_then(|_| self.restore_vf_index(gpu, index))
             {
-                Ok(true) => tracing::info!(%gpu, "VFs re-enabled for owned slices"),
-                Ok(false) => {}
+                Ok(Some(given_up)) => {
+                    tracing::info!(%gpu, "VFs re-enabled for owned slices");
+                    let why = format!(
+                        "free, on a GPU instance that re-enabling VFs on GPU {gpu} destroyed; \
+                         destroyed first"
+                    );
+                    report
+                        .given_up
+                        .extend(given_up.into_iter().map(|id| (id, why.clone())));
+                }
+                Ok(None) => {}
                 Err(e) => {
                     let why = format!("cannot restore VFs on GPU {gpu}: {}", chain(&e));
                     for id in slices {

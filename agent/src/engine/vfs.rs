@@ -13,7 +13,7 @@ use ids::{PciAddress, PciVendorId};
 
 use super::error::{EngineError, Result, chain};
 use super::handle::Engine;
-use super::model::Identity;
+use super::model::{Identity, SliceId};
 use super::state::OwnedSlice;
 use super::timed_host::TimedHost;
 
@@ -107,8 +107,17 @@ pub(crate) fn instances_lost_by_enable(
     gpu: PciAddress,
 ) -> Result<Vec<gpu::GpuInstance>> {
     let dev = host.gpu(gpu)?;
-    let has_vfs = dev.sriov.as_ref().is_some_and(|s| s.num_vfs > 0);
-    if !TimedHost::is_nvidia(&dev) || has_vfs {
+    if dev.sriov.as_ref().is_some_and(|s| s.num_vfs > 0) {
+        return Ok(Vec::new());
+    }
+    instances_lost_by_rebind(host, gpu)
+}
+
+/// The MIG GPU instances any change of an NVIDIA GPU's VF count destroys (on as well as off:
+/// both hand the PF back to `nvidia`): all of them. Empty for other GPUs, without NVML, or with
+/// MIG off.
+fn instances_lost_by_rebind(host: &TimedHost, gpu: PciAddress) -> Result<Vec<gpu::GpuInstance>> {
+    if !TimedHost::is_nvidia(&host.gpu(gpu)?) {
         return Ok(Vec::new());
     }
     let (Ok(nvml), Ok(index)) = (host.nvml(), host.nvml_index(gpu)) else {
@@ -187,46 +196,33 @@ pub(crate) fn disable_if_unused(
     Ok(true)
 }
 
-/// Makes sure VF `index` exists (after a reboot the count is back to the boot default).
-/// Returns whether VFs were (re-)enabled.
-pub(crate) fn ensure_index(
-    host: &TimedHost,
-    gpu: PciAddress,
-    index: u32,
-    reserved: &[Identity],
-) -> Result<bool> {
-    let enabled = host.vfs(gpu)?.len() as u32;
-    if enabled > index {
-        return Ok(false);
-    }
-    if enabled > 0 {
-        if in_use(host, gpu, reserved)? {
-            return Err(EngineError::Conflict(format!(
-                "GPU {gpu} has {enabled} VFs in use but VF {index} is needed; the count cannot change while they are used"
-            )));
-        }
-        // GIM changes one non-zero count to another itself; the kernel only through 0.
-        if host.gpu(gpu)?.vendor == PciVendorId::AMD {
-            set_count(host, gpu, index + 1)?;
-            return Ok(true);
-        }
-        set_count(host, gpu, 0)?;
-    }
-    let lost = instances_lost_by_enable(host, gpu)?;
-    if !lost.is_empty() {
-        // The reconciler restores VFs before MIG instances, so after a reboot there are none;
-        // otherwise the loss is at least said (its own MIG slices are re-created after this).
-        tracing::warn!(%gpu, instances = lost.len(), "re-enabling NVIDIA VFs destroys every MIG GPU instance on the GPU");
-    }
-    enable(host, gpu, index + 1)?;
-    Ok(true)
-}
-
 /// The GPU-instance start slot an owned slice occupies, if it has one.
 fn gi_start(s: &OwnedSlice) -> Option<u32> {
     match &s.identity {
         Identity::Mig { start, .. } | Identity::MigVgpu { start, .. } => Some(*start),
         _ => None,
+    }
+}
+
+/// What enabling VFs would do to the GPU instances it destroys ([`Engine::instance_loss`]).
+#[derive(Debug, Default)]
+pub(crate) struct InstanceLoss {
+    /// Why the enable must not go ahead: instances of allocated slices, instances not vgpud's.
+    pub(crate) blocking: Vec<String>,
+    /// vgpud's free slices on the instances: destroyed before the enable.
+    pub(crate) ours: Vec<OwnedSlice>,
+}
+
+impl InstanceLoss {
+    /// The refusal, when anything blocks.
+    pub(crate) fn refusal(&self, gpu: PciAddress) -> Option<String> {
+        (!self.blocking.is_empty()).then(|| {
+            format!(
+                "enabling VFs on GPU {gpu} hands its PF back to the NVIDIA driver, which destroys \
+                 every MIG GPU instance on it, and {}",
+                self.blocking.join("; ")
+            )
+        })
     }
 }
 
@@ -238,13 +234,50 @@ impl Engine {
     /// enable then removes. The caller holds the GPU's lock.
     pub(crate) fn enable_vfs(&self, gpu: PciAddress, need: u32) -> Result<u32> {
         let lost = instances_lost_by_enable(self.host(), gpu)?;
-        if !lost.is_empty() {
-            self.give_up_instances(gpu, &lost)?;
-        }
+        self.give_up_instances(gpu, &lost)?;
         enable(self.host(), gpu, need)
     }
 
-    fn give_up_instances(&self, gpu: PciAddress, lost: &[gpu::GpuInstance]) -> Result<()> {
+    /// Makes sure VF `index` exists (after a reboot the count is back to the boot default),
+    /// through the same check as [`Engine::enable_vfs`]: the change is refused while a GPU
+    /// instance it would destroy is allocated or not ours, and our free slices on them are
+    /// destroyed first. A non-zero count that must change goes through 0, refused while VFs are
+    /// in use. Returns `None` when VF `index` exists already, else the slices given up. The
+    /// caller holds the GPU's lock.
+    pub(crate) fn restore_vf_index(
+        &self,
+        gpu: PciAddress,
+        index: u32,
+    ) -> Result<Option<Vec<SliceId>>> {
+        let host = self.host();
+        let enabled = host.vfs(gpu)?.len() as u32;
+        if enabled > index {
+            return Ok(None);
+        }
+        // The kernel refuses one non-zero count to another: only possible through 0.
+        if enabled > 0 && in_use(host, gpu, &[])? {
+            return Err(EngineError::Conflict(format!(
+                "GPU {gpu} has {enabled} VFs in use but VF {index} is needed; the count cannot change while they are used"
+            )));
+        }
+        // GIM changes one non-zero count to another itself (no PF rebind, no MIG).
+        if enabled > 0 && host.gpu(gpu)?.vendor == PciVendorId::AMD {
+            set_count(host, gpu, index + 1)?;
+            return Ok(Some(Vec::new()));
+        }
+        // Checked before the first write: turning the VFs off rebinds the PF as well.
+        let lost = instances_lost_by_rebind(host, gpu)?;
+        let given_up = self.give_up_instances(gpu, &lost)?;
+        if enabled > 0 {
+            set_count(host, gpu, 0)?;
+        }
+        enable(host, gpu, index + 1)?;
+        Ok(Some(given_up))
+    }
+
+    /// Sorts the instances an enable would destroy into what blocks it and our free slices on
+    /// them; touches nothing (a layout dry run shows the same).
+    pub(crate) fn instance_loss(&self, gpu: PciAddress, lost: &[gpu::GpuInstance]) -> InstanceLoss {
         let owned: Vec<OwnedSlice> = self.read(|d| {
             d.slices
                 .values()
@@ -252,46 +285,82 @@ impl Engine {
                 .cloned()
                 .collect()
         });
-        let mut blocking = Vec::new();
-        let mut ours = Vec::new();
+        let mut loss = InstanceLoss::default();
         for gi in lost {
             let start = gi.placement.start;
             match owned.iter().find(|s| gi_start(s) == Some(start)) {
-                None => blocking.push(format!(
+                None => loss.blocking.push(format!(
                     "GPU instance {} (start {start}) is not vgpud's",
                     gi.id
                 )),
                 Some(s) => match self.read(|d| d.holder(s.id).map(|a| a.consumer.clone())) {
-                    Some(consumer) => blocking.push(format!(
+                    Some(consumer) => loss.blocking.push(format!(
                         "slice {} ({}) is allocated to {consumer:?}",
                         s.id, s.spec.kind
                     )),
-                    None => ours.push(s.clone()),
+                    None => loss.ours.push(s.clone()),
                 },
             }
         }
-        if !blocking.is_empty() {
-            return Err(EngineError::Conflict(format!(
-                "enabling VFs on GPU {gpu} hands its PF back to the NVIDIA driver, which destroys \
-                 every MIG GPU instance on it, and {}",
-                blocking.join("; ")
-            )));
+        loss
+    }
+
+    /// For a dry run: the GPU instances enabling the GPU's VFs would destroy, and what blocks
+    /// that or is given up, as [`Engine::enable_vfs`] would find them after the slices in
+    /// `removed_first` (which the apply destroys before) are gone. `None`: the GPU has VFs, or the
+    /// enable destroys nothing. Touches nothing.
+    pub(crate) fn planned_instance_loss(
+        &self,
+        gpu: PciAddress,
+        removed_first: &[SliceId],
+    ) -> Result<Option<(Vec<gpu::GpuInstance>, InstanceLoss)>> {
+        let gone: Vec<u32> = self.read(|d| {
+            removed_first
+                .iter()
+                .filter_map(|id| d.slices.get(id))
+                .filter_map(gi_start)
+                .collect()
+        });
+        let lost: Vec<gpu::GpuInstance> = instances_lost_by_enable(self.host(), gpu)?
+            .into_iter()
+            .filter(|gi| !gone.contains(&gi.placement.start))
+            .collect();
+        if lost.is_empty() {
+            return Ok(None);
         }
+        let loss = self.instance_loss(gpu, &lost);
+        Ok(Some((lost, loss)))
+    }
+
+    /// Refuses (`conflict`) when [`Engine::instance_loss`] finds anything blocking, else
+    /// destroys our free slices on the instances and returns them.
+    fn give_up_instances(
+        &self,
+        gpu: PciAddress,
+        lost: &[gpu::GpuInstance],
+    ) -> Result<Vec<SliceId>> {
+        if lost.is_empty() {
+            return Ok(Vec::new());
+        }
+        let loss = self.instance_loss(gpu, lost);
+        if let Some(why) = loss.refusal(gpu) {
+            return Err(EngineError::Conflict(why));
+        }
+        let ids: Vec<SliceId> = loss.ours.iter().map(|s| s.id).collect();
         tracing::warn!(
             %gpu,
             instances = lost.len(),
-            slices = ?ours.iter().map(|s| s.id.to_string()).collect::<Vec<_>>(),
+            slices = ?ids.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "enabling NVIDIA VFs destroys every MIG GPU instance on the GPU: the free slices on them are destroyed first"
         );
-        for s in ours {
-            self.destroy_locked(s.id).map_err(|e| {
+        for id in &ids {
+            self.destroy_locked(*id).map_err(|e| {
                 EngineError::Conflict(format!(
-                    "cannot destroy slice {} before enabling VFs on GPU {gpu}: {}",
-                    s.id,
+                    "cannot destroy slice {id} before enabling VFs on GPU {gpu}: {}",
                     chain(&e)
                 ))
             })?;
         }
-        Ok(())
+        Ok(ids)
     }
 }

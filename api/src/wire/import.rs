@@ -208,6 +208,24 @@ pub struct GpuPlan {
     /// The MIG mode to set, when it differs from the current one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mig: Option<bool>,
+    /// The destructive VF step: present when the apply would enable the VFs of an NVIDIA GPU
+    /// that has MIG GPU instances (for its first vendor-VFIO vGPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vf_enable: Option<PlannedVfEnable>,
+}
+
+/// Enabling an NVIDIA GPU's VFs hands its PF back to the NVIDIA driver, which destroys every MIG
+/// GPU instance on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlannedVfEnable {
+    /// The GPU instances the step destroys (`GPU instance <id> (start <s>, size <n>)`).
+    pub destroys: Vec<String>,
+    /// Slices (ids) of vgpud's on them, free, destroyed first.
+    pub gives_up: Vec<String>,
+    /// Why the apply refuses the step (an instance of an allocated slice, or one not vgpud's);
+    /// absent: it goes ahead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// What becomes of an mdevctl definition.
@@ -332,6 +350,11 @@ impl From<&import::GpuPlan> for GpuPlan {
                 })
                 .collect(),
             mig: g.mig,
+            vf_enable: g.vf_enable.as_ref().map(|v| PlannedVfEnable {
+                destroys: v.destroys.clone(),
+                gives_up: v.gives_up.iter().map(ToString::to_string).collect(),
+                refused: v.refused.clone(),
+            }),
         }
     }
 }
