@@ -8,7 +8,8 @@ use std::fmt;
 use ids::PciAddress;
 use serde::{Deserialize, Serialize};
 
-/// An AMD SMI status code (`amdsmi_status_t`), kept numeric.
+/// An AMD SMI status code (`amdsmi_status_t`), kept numeric. The ROCm library and GIM's host
+/// library number every code vgpud names the same way (`amdsmi.h` of both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct AmdStatus(pub u32);
@@ -24,20 +25,36 @@ impl AmdStatus {
     pub const FAIL_LOAD_MODULE: Self = Self(4);
     /// A symbol is missing from the loaded library.
     pub const FAIL_LOAD_SYMBOL: Self = Self(5);
+    /// The driver refused the request (GIM: a set call failed for another reason).
+    pub const API_FAILED: Self = Self(7);
+    /// The call timed out (also what vgpud reports when a vendor call overruns its bound).
+    pub const TIMEOUT: Self = Self(8);
+    /// The device was momentarily unavailable; try again (GIM: a semaphore read failed).
+    pub const RETRY: Self = Self(9);
     /// Permission denied.
     pub const NO_PERM: Self = Self(10);
     /// An I/O error (e.g. a sysfs write failed).
     pub const IO: Self = Self(12);
     /// Not enough resources (e.g. the kernel enabled fewer VFs than asked).
     pub const OUT_OF_RESOURCES: Self = Self(15);
+    /// The library failed to initialise.
+    pub const INIT_ERROR: Self = Self(18);
     /// The device is busy.
     pub const BUSY: Self = Self(30);
     /// Not found.
     pub const NOT_FOUND: Self = Self(31);
     /// The library or driver is not initialised.
     pub const NOT_INIT: Self = Self(32);
+    /// The kernel driver is not loaded (GIM's host library: its device node is absent).
+    pub const DRIVER_NOT_LOADED: Self = Self(34);
+    /// A caller's buffer was too small.
+    pub const INSUFFICIENT_SIZE: Self = Self(41);
     /// The library or a file returned data that could not be understood.
     pub const UNEXPECTED_DATA: Self = Self(43);
+    /// The driver could not be restarted after a change that needs it.
+    pub const AMDGPU_RESTART_ERR: Self = Self(54);
+    /// The setting cannot be changed now.
+    pub const SETTING_UNAVAILABLE: Self = Self(55);
     /// Unknown error.
     pub const UNKNOWN: Self = Self(0xFFFF_FFFF);
 
@@ -49,13 +66,21 @@ impl AmdStatus {
             3 => "not yet implemented",
             4 => "library load failed",
             5 => "library symbol missing",
+            7 => "driver call failed",
+            8 => "timed out",
+            9 => "temporarily unavailable, retry",
+            10 => "permission denied",
             12 => "I/O error",
             15 => "out of resources",
-            43 => "unexpected data",
-            10 => "permission denied",
+            18 => "library initialisation failed",
             30 => "device busy",
             31 => "not found",
             32 => "not initialised",
+            34 => "driver not loaded",
+            41 => "buffer too small",
+            43 => "unexpected data",
+            54 => "driver restart failed",
+            55 => "setting unavailable",
             _ => "unknown error",
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! The bare-metal library answers discovery (PCI address, UUID, market name, VRAM) and the
 //! current partition modes. What it cannot answer safely it reports as `NOT_SUPPORTED`, so the
-//! combined backend ([`crate::amd_sysfs::amd_backend`]) takes it from sysfs instead:
+//! combined backend ([`crate::amd_backend::amd_backend`]) takes it from sysfs instead:
 //! - VF counts: `amdsmi_get_num_vf` / `amdsmi_set_num_vf` exist only in AMD's host
 //!   virtualization SMI, not in the ROCm library;
 //! - setting partitions: `amdsmi_set_gpu_*_partition` take enums AMD renumbered between ROCm
@@ -12,6 +12,9 @@
 //! - the modes a GPU accepts: no call for them is common to the ROCm releases in use.
 
 mod ffi;
+
+// GIM's host library shares the untrusted-C-string rule.
+pub(crate) use ffi::c_text;
 
 use std::fmt;
 use std::path::Path;

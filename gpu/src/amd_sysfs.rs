@@ -1,5 +1,5 @@
-//! [`AmdSysfs`]: the [`AmdSmi`] trait over the kernel's PCI and amdgpu sysfs files, and
-//! [`amd_backend`], which joins it to the AMD SMI library when one is installed.
+//! [`AmdSysfs`]: the [`AmdSmi`] trait over the kernel's PCI and amdgpu sysfs files.
+//! [`crate::amd_backend`] joins it to an AMD SMI library when one is installed.
 //!
 //! sysfs is the kernel's own interface: SR-IOV through `sriov_numvfs`, partitions through
 //! `current_*_partition` by name (the library writes the same files). So it serves hosts without
@@ -15,9 +15,8 @@ use ids::{PciAddress, PciDeviceId, PciVendorId};
 use sysfs::{Op, Sysfs, SysfsError, SysfsExt, error_chain};
 
 use crate::amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
-use crate::amd_real::{AmdSmiLibrary, FAIL_LOAD_SYMBOL};
 
-const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+pub(crate) const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 /// The call named when sysfs is asked for AMD VF counts.
 const SRIOV_CALL: &str = "sriov_numvfs (AMD VFs are GIM's, through its host AMD SMI)";
 const MIB: u64 = 1024 * 1024;
@@ -327,132 +326,8 @@ impl AmdSmi for AmdSysfs {
     }
 }
 
-/// The library cannot answer: the call is absent from it or deliberately left to sysfs.
-fn library_cannot(err: &AmdError) -> bool {
-    [
-        AmdStatus::NOT_SUPPORTED,
-        AmdStatus::NOT_YET_IMPLEMENTED,
-        FAIL_LOAD_SYMBOL,
-    ]
-    .contains(&err.status)
-}
-
-/// The GPUs sysfs sees (the PCI truth: a PF bound to another driver is invisible to the
-/// library), each completed with what the library knows about the same address, plus any the
-/// library alone reports.
-pub fn merge_gpus(from_sysfs: Vec<AmdGpuInfo>, from_library: Vec<AmdGpuInfo>) -> Vec<AmdGpuInfo> {
-    let mut out = from_sysfs;
-    for lib_gpu in from_library {
-        match out
-            .iter_mut()
-            .find(|g| g.pci_address == lib_gpu.pci_address)
-        {
-            Some(gpu) => {
-                if lib_gpu.name != "AMD GPU" {
-                    gpu.name = lib_gpu.name;
-                }
-                gpu.uuid = lib_gpu.uuid.or(gpu.uuid.take());
-                if lib_gpu.memory_total_mib > 0 {
-                    gpu.memory_total_mib = lib_gpu.memory_total_mib;
-                }
-            }
-            None => out.push(lib_gpu),
-        }
-    }
-    out.sort_by_key(|g| g.pci_address);
-    out
-}
-
-/// AMD SMI with sysfs for what the library cannot answer.
-#[derive(Debug)]
-struct LibraryWithSysfs {
-    lib: AmdSmiLibrary,
-    sysfs: AmdSysfs,
-}
-
-impl LibraryWithSysfs {
-    fn lib_then_sysfs<T>(
-        &self,
-        lib: impl FnOnce(&AmdSmiLibrary) -> AmdResult<T>,
-        sysfs: impl FnOnce(&AmdSysfs) -> AmdResult<T>,
-    ) -> AmdResult<T> {
-        match lib(&self.lib) {
-            Err(e) if library_cannot(&e) => sysfs(&self.sysfs),
-            other => other,
-        }
-    }
-}
-
-impl AmdSmi for LibraryWithSysfs {
-    fn gpus(&self) -> AmdResult<Vec<AmdGpuInfo>> {
-        match (self.sysfs.gpus(), self.lib.gpus()) {
-            (Ok(sysfs), Ok(lib)) => Ok(merge_gpus(sysfs, lib)),
-            (Ok(sysfs), Err(e)) => {
-                tracing::warn!(error = %e, "AMD SMI discovery failed; using sysfs alone");
-                Ok(sysfs)
-            }
-            (Err(_), Ok(lib)) => Ok(lib),
-            (Err(e), Err(_)) => Err(e),
-        }
-    }
-
-    fn num_vf(&self, gpu: PciAddress) -> AmdResult<VfCount> {
-        self.lib_then_sysfs(|l| l.num_vf(gpu), |s| s.num_vf(gpu))
-    }
-
-    fn set_num_vf(&self, gpu: PciAddress, count: u32) -> AmdResult<()> {
-        self.lib_then_sysfs(|l| l.set_num_vf(gpu, count), |s| s.set_num_vf(gpu, count))
-    }
-
-    /// sysfs first: only it lists the available modes.
-    fn partition(&self, gpu: PciAddress) -> AmdResult<PartitionState> {
-        match self.sysfs.partition(gpu) {
-            Err(e) if e.status == AmdStatus::NOT_SUPPORTED => self.lib.partition(gpu),
-            other => other,
-        }
-    }
-
-    fn set_compute_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()> {
-        self.lib_then_sysfs(
-            |l| l.set_compute_partition(gpu, mode),
-            |s| s.set_compute_partition(gpu, mode),
-        )
-    }
-
-    fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()> {
-        self.lib_then_sysfs(
-            |l| l.set_memory_partition(gpu, mode),
-            |s| s.set_memory_partition(gpu, mode),
-        )
-    }
-
-    fn xgmi_hive(&self, gpu: PciAddress) -> AmdResult<Option<u64>> {
-        self.lib_then_sysfs(|l| l.xgmi_hive(gpu), |s| s.xgmi_hive(gpu))
-    }
-}
-
-/// The AMD backend for this host: AMD SMI (completed by sysfs) when the library loads, sysfs
-/// alone otherwise. A missing library is normal on hosts without ROCm. The string names the
-/// backend for status reports.
-pub fn amd_backend(fs: Arc<dyn Sysfs>) -> (Arc<dyn AmdSmi>, String) {
-    let sysfs = AmdSysfs::new(fs);
-    match AmdSmiLibrary::load() {
-        Ok(lib) => {
-            tracing::info!("AMD SMI library loaded");
-            (
-                Arc::new(LibraryWithSysfs { lib, sysfs }),
-                "AMD SMI library with sysfs".to_owned(),
-            )
-        }
-        Err(e) => {
-            tracing::info!(reason = %e, "AMD SMI library not used; AMD GPUs through sysfs");
-            (Arc::new(sysfs), format!("sysfs ({e})"))
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::ffi::OsString;
     use std::sync::Mutex;
 
@@ -461,10 +336,16 @@ mod tests {
 
     use super::*;
 
-    const PF: &str = "0000:c1:00.0";
-    const PF_DIR: &str = "/sys/devices/pci0000:c0/0000:c0:01.1/0000:c1:00.0";
+    pub(crate) const PF: &str = "0000:c1:00.0";
+    pub(crate) const PF_DIR: &str = "/sys/devices/pci0000:c0/0000:c0:01.1/0000:c1:00.0";
 
-    fn pci_device(tree: &Tree, bdf: &str, vendor: &str, device: &str, class: &str) -> String {
+    pub(crate) fn pci_device(
+        tree: &Tree,
+        bdf: &str,
+        vendor: &str,
+        device: &str,
+        class: &str,
+    ) -> String {
         let dir = format!("/sys/devices/pci0000:c0/0000:c0:01.1/{bdf}");
         tree.file(&format!("{dir}/vendor"), &format!("{vendor}\n"));
         tree.file(&format!("{dir}/device"), &format!("{device}\n"));
@@ -477,7 +358,7 @@ mod tests {
     }
 
     /// An MI300X PF (8 VFs possible, none enabled) beside devices that are not AMD GPU PFs.
-    fn mi300x_host() -> (tempfile::TempDir, Tree) {
+    pub(crate) fn mi300x_host() -> (tempfile::TempDir, Tree) {
         let dir = tempfile::tempdir().unwrap();
         let tree = Tree::new(dir.path());
         let pf = pci_device(&tree, PF, "0x1002", "0x74a1", "0x120000");
@@ -501,31 +382,31 @@ mod tests {
         (dir, tree)
     }
 
-    fn pf() -> PciAddress {
+    pub(crate) fn pf() -> PciAddress {
         PF.parse().unwrap()
     }
 
-    fn sysfs_over(dir: &Path) -> AmdSysfs {
+    pub(crate) fn sysfs_over(dir: &Path) -> AmdSysfs {
         AmdSysfs::new(Arc::new(RealSysfs::new(dir)))
     }
 
     /// RealSysfs over a fixture that records writes and fails them with a chosen errno.
     #[derive(Debug)]
-    struct Kernel {
+    pub(crate) struct Kernel {
         inner: RealSysfs,
         writes: Mutex<Vec<(String, String)>>,
         fail_writes: Option<i32>,
     }
 
     impl Kernel {
-        fn new(dir: &Path) -> Self {
+        pub(crate) fn new(dir: &Path) -> Self {
             Self {
                 inner: RealSysfs::new(dir),
                 writes: Mutex::default(),
                 fail_writes: None,
             }
         }
-        fn writes(&self) -> Vec<(String, String)> {
+        pub(crate) fn writes(&self) -> Vec<(String, String)> {
             self.writes.lock().unwrap().clone()
         }
     }
@@ -557,13 +438,13 @@ mod tests {
         }
     }
 
-    fn over_kernel(kernel: Kernel) -> (Arc<Kernel>, AmdSysfs) {
+    pub(crate) fn over_kernel(kernel: Kernel) -> (Arc<Kernel>, AmdSysfs) {
         let kernel = Arc::new(kernel);
         let fs: Arc<dyn Sysfs> = kernel.clone();
         (kernel, AmdSysfs::new(fs))
     }
 
-    fn read(dir: &Path, host_path: &str) -> String {
+    pub(crate) fn read(dir: &Path, host_path: &str) -> String {
         RealSysfs::new(dir).read_text(Path::new(host_path)).unwrap()
     }
 
@@ -750,117 +631,6 @@ mod tests {
             AmdStatus::BUSY
         );
         assert!(kernel.writes().is_empty());
-    }
-
-    fn info(bdf: &str, name: &str, uuid: Option<&str>, mib: u64) -> AmdGpuInfo {
-        AmdGpuInfo {
-            pci_address: bdf.parse().unwrap(),
-            uuid: uuid.map(str::to_owned),
-            name: name.to_owned(),
-            memory_total_mib: mib,
-        }
-    }
-
-    #[test]
-    fn library_details_complete_sysfs_discovery() {
-        let sysfs = vec![
-            info(
-                "0000:c1:00.0",
-                "AMD Instinct MI300X",
-                Some("0xabc"),
-                196_596,
-            ),
-            info("0000:e1:00.0", "AMD GPU 1234", None, 0),
-        ];
-        let lib = vec![
-            info(
-                "0000:e1:00.0",
-                "AMD Instinct MI300A",
-                Some("1cff74a1-0000"),
-                131_072,
-            ),
-            info("0000:c1:00.0", "AMD GPU", None, 0),
-            info("0000:01:00.0", "AMD Radeon PRO", None, 32_768),
-        ];
-        let merged = merge_gpus(sysfs, lib);
-        assert_eq!(merged.len(), 3);
-        assert_eq!(
-            merged[0],
-            info("0000:01:00.0", "AMD Radeon PRO", None, 32_768)
-        );
-        assert_eq!(
-            merged[1],
-            info(
-                "0000:c1:00.0",
-                "AMD Instinct MI300X",
-                Some("0xabc"),
-                196_596
-            )
-        );
-        let e1 = info(
-            "0000:e1:00.0",
-            "AMD Instinct MI300A",
-            Some("1cff74a1-0000"),
-            131_072,
-        );
-        assert_eq!(merged[2], e1);
-    }
-
-    #[test]
-    fn only_unanswerable_library_errors_fall_back() {
-        assert!(library_cannot(&AmdError::new(
-            "x",
-            AmdStatus::NOT_SUPPORTED
-        )));
-        assert!(library_cannot(&AmdError::new("x", FAIL_LOAD_SYMBOL)));
-        assert!(!library_cannot(&AmdError::new("x", AmdStatus::BUSY)));
-        assert!(!library_cannot(&AmdError::new("x", AmdStatus::NOT_FOUND)));
-    }
-
-    #[test]
-    fn library_backend_falls_back_to_sysfs_where_it_cannot_answer() {
-        let (dir, _tree) = mi300x_host();
-        let lib_dir = tempfile::tempdir().unwrap();
-        let lib = AmdSmiLibrary::load_from(crate::amd_real::tests::stub_amd_smi(lib_dir.path()));
-        let (kernel, sysfs) = over_kernel(Kernel::new(dir.path()));
-        let backend = LibraryWithSysfs {
-            lib: lib.unwrap(),
-            sysfs,
-        };
-        let gpus = backend.gpus().unwrap();
-        let addresses: Vec<_> = gpus.iter().map(|g| g.pci_address.to_string()).collect();
-        assert_eq!(addresses, ["0000:c1:00.0", "0002:41:01.0"]);
-        assert_eq!(
-            gpus[0].uuid.as_deref(),
-            Some("1cff74a1-0000-1000-80ff-c10000000000")
-        );
-        assert_eq!(gpus[0].memory_total_mib, 196_608);
-        // Neither the ROCm library nor sysfs can change AMD VFs (that is GIM's host library).
-        let err = backend.num_vf(pf()).unwrap_err();
-        assert_eq!(err.status, AmdStatus::NOT_SUPPORTED);
-        assert_eq!(
-            backend.set_num_vf(pf(), 8).unwrap_err().status,
-            AmdStatus::NOT_SUPPORTED
-        );
-        assert_eq!(backend.partition(pf()).unwrap().compute_available.len(), 4);
-        backend.set_compute_partition(pf(), "DPX").unwrap();
-        let writes: Vec<_> = kernel.writes().into_iter().map(|(_, v)| v).collect();
-        assert_eq!(writes, ["DPX"]);
-    }
-
-    #[test]
-    fn backend_without_the_library_is_sysfs() {
-        if Path::new("/opt/rocm/lib/libamd_smi.so").exists() {
-            return;
-        }
-        let (dir, _tree) = mi300x_host();
-        let (backend, _) = amd_backend(Arc::new(RealSysfs::new(dir.path())));
-        assert!(
-            format!("{backend:?}").starts_with("AmdSysfs"),
-            "{backend:?}"
-        );
-        assert_eq!(backend.gpus().unwrap()[0].name, "AMD Instinct MI300X");
-        assert_eq!(backend.partition(pf()).unwrap().compute, "SPX");
     }
 
     #[test]

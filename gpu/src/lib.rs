@@ -8,8 +8,10 @@
 //! Only primitive operations: no policy (which placement to pick), no agent state.
 
 pub mod amd;
+pub mod amd_backend;
 pub mod amd_real;
 pub mod amd_sysfs;
+pub mod gim_real;
 pub mod nvml;
 pub mod nvml_real;
 

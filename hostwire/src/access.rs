@@ -41,7 +41,7 @@ pub fn real_access(root: &Path) -> HostAccess {
     };
     // AMD SMI is optional: the sysfs backend answers on every host, the library only adds to it.
     let amd = Ok(if on_host {
-        gpu::amd_sysfs::amd_backend(fs.clone())
+        gpu::amd_backend::amd_backend(fs.clone())
     } else {
         (
             Arc::new(gpu::amd_sysfs::AmdSysfs::new(fs.clone())) as Arc<dyn gpu::AmdSmi>,
