@@ -161,6 +161,9 @@ fn partition_state(p: &ffi::Processor<'_>) -> AmdResult<PartitionState> {
         compute_available: available_compute(&config),
         memory: memory.to_owned(),
         memory_available: modes::caps_names(memory_config.nps_caps),
+        // The unfiltered table (`…_profile_config_global`, with each profile's `vf_mode`) is
+        // not read yet: a mode the new VF count does not take is refused by GIM when set.
+        compute_vf_counts: Default::default(),
     })
 }
 

@@ -205,6 +205,7 @@ fn partitions_follow_the_vf_count() {
             compute_available: vec!["SPX".to_owned(), "CPX".to_owned()],
             memory: "NPS1".to_owned(),
             memory_available: vec!["NPS1".to_owned(), "NPS4".to_owned()],
+            compute_vf_counts: Default::default(),
         }
     );
     amd.set_num_vf(gpu(C1), 8).unwrap();
