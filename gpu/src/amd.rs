@@ -130,7 +130,8 @@ pub struct AmdGpuInfo {
 pub struct VfCount {
     /// VFs enabled now.
     pub enabled: u32,
-    /// Most VFs the current partition mode allows.
+    /// Most VFs the GPU can have: GIM reports the PF's SR-IOV TotalVFs (its firmware's limit);
+    /// which counts a compute mode takes is [`PartitionState::compute_vf_counts`].
     pub supported: u32,
 }
 
@@ -162,9 +163,10 @@ pub trait AmdSmi: Send + Sync + fmt::Debug {
     fn set_num_vf(&self, gpu: PciAddress, count: u32) -> AmdResult<()>;
     /// Partition modes.
     fn partition(&self, gpu: PciAddress) -> AmdResult<PartitionState>;
-    /// Sets the compute partition mode; `BUSY` while VFs are enabled.
+    /// Sets the compute partition mode; `BUSY` while a VF is in use (on GIM: held by a guest
+    /// anywhere in the XGMI hive; GIM applies the mode to the whole hive).
     fn set_compute_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()>;
-    /// Asks for a memory partition mode; `BUSY` while VFs are enabled. On bare-metal amdgpu the
+    /// Asks for a memory partition mode; `BUSY` as for the compute mode. On bare-metal amdgpu the
     /// mode is only requested: it applies when the driver next loads, so [`AmdSmi::partition`]
     /// keeps showing the old one until then.
     fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()>;

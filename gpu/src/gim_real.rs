@@ -21,6 +21,7 @@ mod ffi;
 mod layout;
 mod modes;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -127,6 +128,31 @@ fn available_compute(config: &layout::ProfileConfig) -> Vec<String> {
     out
 }
 
+/// The VF counts each compute mode takes, from the unfiltered profile table (`vf_mode` bit N:
+/// N VFs). Empty when the library lacks the call or answers nothing usable: the engine then
+/// leaves the check to GIM's refusal.
+fn vf_counts_per_mode(p: &ffi::Processor<'_>) -> BTreeMap<String, Vec<u32>> {
+    let config = match p.profile_config_global() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "GIM's unfiltered profile table unavailable");
+            return BTreeMap::new();
+        }
+    };
+    let count = (config.num_profiles as usize).min(layout::MAX_PROFILES);
+    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for g in &config.profiles[..count] {
+        let Some(name) = modes::compute_name(g.profile.profile_type) else {
+            continue;
+        };
+        let counts = out.entry(name.to_owned()).or_default();
+        counts.extend((1..32u32).filter(|n| g.vf_mode & (1 << n) != 0));
+        counts.sort_unstable();
+        counts.dedup();
+    }
+    out
+}
+
 /// The filled part of the profile array; the count is the library's word, the array fixed.
 fn valid_profiles(config: &layout::ProfileConfig) -> &[layout::Profile] {
     let count = (config.num_profiles as usize).min(layout::MAX_PROFILES);
@@ -161,9 +187,7 @@ fn partition_state(p: &ffi::Processor<'_>) -> AmdResult<PartitionState> {
         compute_available: available_compute(&config),
         memory: memory.to_owned(),
         memory_available: modes::caps_names(memory_config.nps_caps),
-        // The unfiltered table (`…_profile_config_global`, with each profile's `vf_mode`) is
-        // not read yet: a mode the new VF count does not take is refused by GIM when set.
-        compute_vf_counts: Default::default(),
+        compute_vf_counts: vf_counts_per_mode(p),
     })
 }
 

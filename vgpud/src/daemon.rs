@@ -129,6 +129,12 @@ fn log_reconcile(what: &str, r: &ReconcileReport) {
     for why in &r.intents_pending {
         warn!("operation still pending: {why}");
     }
+    for (slice, why) in &r.given_up {
+        warn!("slice {slice} was given up: {why}");
+    }
+    for what in &r.interrupted_sriov {
+        warn!("interrupted NVIDIA SR-IOV sequence: {what}");
+    }
     for link in &r.stale_vm_links {
         warn!(
             "VM {} of allocation {} is not pinned as recorded: {}",

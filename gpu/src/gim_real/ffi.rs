@@ -10,6 +10,7 @@ use std::path::Path;
 use std::ptr;
 
 use super::layout::{
+    GlobalProfileConfig,
     AsicInfo, INIT_AMD_GPUS, MAX_NEAREST, MemoryConfig, NAME_LENGTH, Plain, Profile, ProfileConfig,
     TopologyNearest, UUID_SIZE, VramInfo,
 };
@@ -42,6 +43,7 @@ struct Api {
     asic_info: Option<HandleOut<AsicInfo>>,
     vram_info: Option<HandleOut<VramInfo>>,
     profile_config: Option<HandleOut<ProfileConfig>>,
+    profile_config_global: Option<HandleOut<GlobalProfileConfig>>,
     current_profile: Option<unsafe extern "C" fn(Handle, *mut Profile, *mut u32) -> Status>,
     set_profile: Option<unsafe extern "C" fn(Handle, u32) -> Status>,
     memory_config: Option<HandleOut<MemoryConfig>>,
@@ -131,6 +133,10 @@ impl Library {
                 asic_info: lookup(&lib, "amdsmi_get_gpu_asic_info"),
                 vram_info: lookup(&lib, "amdsmi_get_gpu_vram_info"),
                 profile_config: lookup(&lib, "amdsmi_get_gpu_accelerator_partition_profile_config"),
+                profile_config_global: lookup(
+                    &lib,
+                    "amdsmi_get_gpu_accelerator_partition_profile_config_global",
+                ),
                 current_profile: lookup(&lib, "amdsmi_get_gpu_accelerator_partition_profile"),
                 set_profile: lookup(&lib, "amdsmi_set_gpu_accelerator_partition_profile"),
                 memory_config: lookup(&lib, "amdsmi_get_gpu_memory_partition_config"),
@@ -264,6 +270,16 @@ impl Processor<'_> {
             "amdsmi_get_gpu_accelerator_partition_profile_config",
             self.handle,
             self.lib.api.profile_config,
+        )
+    }
+
+    /// `amdsmi_get_gpu_accelerator_partition_profile_config_global`: every profile, with the VF
+    /// counts each takes.
+    pub(crate) fn profile_config_global(&self) -> AmdResult<Box<GlobalProfileConfig>> {
+        fetch(
+            "amdsmi_get_gpu_accelerator_partition_profile_config_global",
+            self.handle,
+            self.lib.api.profile_config_global,
         )
     }
 

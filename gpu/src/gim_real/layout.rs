@@ -107,6 +107,28 @@ pub(crate) struct ProfileConfig {
     _reserved: [u64; 30],
 }
 
+/// `amdsmi_accelerator_partition_profile_global_t` (1208 bytes): a profile with the VF counts
+/// it takes.
+#[repr(C)]
+pub(crate) struct GlobalProfile {
+    pub(crate) profile: Profile,
+    /// `amdsmi_vf_mode_t` bits: bit N set = N VFs allowed (MODE_1 = 1 << 1 ... MODE_8 = 1 << 8).
+    pub(crate) vf_mode: u32,
+    _reserved: [u64; 6],
+}
+
+/// `amdsmi_accelerator_partition_profile_config_global_t` (40960 bytes): every profile of the
+/// GPU, whatever the VF count (host only).
+#[repr(C)]
+pub(crate) struct GlobalProfileConfig {
+    pub(crate) num_profiles: u32,
+    _num_resource_profiles: u32,
+    _resource_profiles: [ResourceProfile; MAX_RESOURCE_PROFILES],
+    _default_profile_index: u32,
+    pub(crate) profiles: [GlobalProfile; MAX_PROFILES],
+    _reserved: [u64; 30],
+}
+
 /// `amdsmi_numa_range_t` inside the memory partition config (24 bytes).
 #[repr(C)]
 struct NumaRange {
@@ -146,6 +168,8 @@ unsafe impl Plain for ProfileConfig {}
 unsafe impl Plain for Profile {}
 // SAFETY: as above.
 unsafe impl Plain for MemoryConfig {}
+// SAFETY: as above.
+unsafe impl Plain for GlobalProfileConfig {}
 // SAFETY: as above (the handle array holds raw pointers, for which zero is null).
 unsafe impl Plain for TopologyNearest {}
 
@@ -163,6 +187,12 @@ const _: () = assert!(size_of::<ProfileConfig>() == 39168);
 const _: () = assert!(offset_of!(ProfileConfig, _default_profile_index) == 2056);
 const _: () = assert!(offset_of!(ProfileConfig, profiles) == 2064);
 const _: () = assert!(offset_of!(ProfileConfig, _reserved) == 38928);
+const _: () = assert!(size_of::<GlobalProfile>() == 1208);
+const _: () = assert!(offset_of!(GlobalProfile, vf_mode) == 1152);
+const _: () = assert!(offset_of!(GlobalProfile, _reserved) == 1160);
+const _: () = assert!(size_of::<GlobalProfileConfig>() == 40960);
+const _: () = assert!(offset_of!(GlobalProfileConfig, profiles) == 2064);
+const _: () = assert!(offset_of!(GlobalProfileConfig, _reserved) == 40720);
 const _: () = assert!(size_of::<NumaRange>() == 24);
 const _: () = assert!(size_of::<MemoryConfig>() == 872);
 const _: () = assert!(offset_of!(MemoryConfig, mp_mode) == 4);

@@ -182,6 +182,20 @@ int amdsmi_get_gpu_accelerator_partition_profile_config(void *h, void *config) {
     return SUCCESS;
 }
 
+/* Every profile with its VF counts (amdsmi_accelerator_partition_profile_global_t: the
+ * profile, then vf_mode at 1152; 1208 bytes each). */
+int amdsmi_get_gpu_accelerator_partition_profile_config_global(void *h, void *config) {
+    struct gpu *g = gpu_of(h);
+    if (!g) return NOT_FOUND;
+    U32(config, 0) = TABLE_LEN;
+    for (unsigned i = 0; i < TABLE_LEN; i++) {
+        char *at = (char *)config + PROFILES_AT + i * 1208;
+        write_profile(at, &table[i], i);
+        U32(at, 1152) = table[i].vf_mask;
+    }
+    return SUCCESS;
+}
+
 int amdsmi_get_gpu_accelerator_partition_profile(void *h, void *profile, uint32_t *ids) {
     struct gpu *g = gpu_of(h);
     if (!g) return NOT_FOUND;

@@ -205,7 +205,15 @@ fn partitions_follow_the_vf_count() {
             compute_available: vec!["SPX".to_owned(), "CPX".to_owned()],
             memory: "NPS1".to_owned(),
             memory_available: vec!["NPS1".to_owned(), "NPS4".to_owned()],
-            compute_vf_counts: Default::default(),
+            compute_vf_counts: [
+                ("CPX", vec![1, 2, 4, 8]),
+                ("DPX", vec![2]),
+                ("QPX", vec![4]),
+                ("SPX", vec![1]),
+            ]
+            .into_iter()
+            .map(|(m, c)| (m.to_owned(), c))
+            .collect(),
         }
     );
     amd.set_num_vf(gpu(C1), 8).unwrap();
