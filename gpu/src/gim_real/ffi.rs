@@ -10,9 +10,8 @@ use std::path::Path;
 use std::ptr;
 
 use super::layout::{
-    GlobalProfileConfig,
-    AsicInfo, INIT_AMD_GPUS, MAX_NEAREST, MemoryConfig, NAME_LENGTH, Plain, Profile, ProfileConfig,
-    TopologyNearest, UUID_SIZE, VramInfo,
+    AsicInfo, GlobalProfileConfig, INIT_AMD_GPUS, MAX_NEAREST, MemoryConfig, NAME_LENGTH, Plain,
+    Profile, ProfileConfig, TopologyNearest, UUID_SIZE, VramInfo,
 };
 use crate::amd::{AmdError, AmdResult, AmdStatus};
 use crate::amd_real::c_text;
