@@ -166,6 +166,9 @@ fn a_vm_that_is_not_a_domain_or_libvirt_down_changes_nothing() {
     s.reconcile().unwrap();
 
     let _turn = turn();
+    // A host of its own: on this one the first service's marked mdev would stop a second
+    // state directory from opening (a missing state file on a host with vgpud's slices).
+    let h = sim("vdi-mixed");
     let s = service(&h, &dir.path().join("state2"), "test:///default");
     let err = s
         .allocate(request("no-such-domain", &t4, NumaPolicy::Required))

@@ -16,6 +16,16 @@ impl MdevUuid {
     pub fn new_random() -> Self {
         Self(uuid::Uuid::new_v4())
     }
+
+    /// A UUID the caller laid out (e.g. a creator's marked UUIDv8); `None` for the nil UUID.
+    pub fn from_uuid(u: uuid::Uuid) -> Option<Self> {
+        (!u.is_nil()).then_some(Self(u))
+    }
+
+    /// The UUID.
+    pub fn as_uuid(&self) -> &uuid::Uuid {
+        &self.0
+    }
 }
 
 impl FromStr for MdevUuid {

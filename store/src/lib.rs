@@ -1,19 +1,24 @@
 //! Crash-safe state files for vgpud's desired state.
 //!
 //! A [`Store`] is one directory (default `/var/lib/vgpud`) holding one JSON document of the
-//! caller's type, guarded by an exclusive lock on `<dir>/lock` so a second agent instance is kept
-//! out. Every change is written whole: to a temporary file, fsynced, renamed over the document,
+//! caller's type, guarded by an exclusive lock on the directory itself (and on `<dir>/lock`, which
+//! older builds used) so a second agent instance is kept out even when someone deletes the lock
+//! file. The directory is 0700 and the files 0600 whatever the umask: the document names tenants.
+//! Every change is written whole: to a temporary file, fsynced, renamed over the document,
 //! then the directory is fsynced, so a crash leaves either the old or the new document, never a
 //! mix. The file starts with a one-line header naming the format, its version and the SHA-256 of
 //! the body; a document that fails the check, or that a newer vgpud wrote, stops the caller with
-//! an explanation and a remedy rather than a guess.
+//! an explanation and a remedy rather than a guess; so does a document whose records contradict
+//! each other (the caller's [`Store::open_checked`] rule).
 //!
 //! This crate owns durability only: what the document means (the ownership ledger, allocations,
 //! layouts, intents) is the agent's. It must never hold state read from the host.
 
 mod file;
+mod lock;
+mod modes;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -23,8 +28,6 @@ pub use file::{Header, decode, encode};
 
 /// The default state directory.
 pub const DEFAULT_DIR: &str = "/var/lib/vgpud";
-
-const LOCK_FILE: &str = "lock";
 
 /// Names the document kind and the newest schema version this build understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,9 +61,10 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// The document is damaged: bad header, wrong checksum, or a body that does not parse.
+    /// The document is damaged: bad header, wrong checksum, a body that does not parse, or
+    /// records that contradict each other.
     #[error(
-        "state file {} is corrupt ({reason}); vgpud will not guess what it held: restore it from a backup, or move it aside to start empty (every slice on the host then counts as foreign and is left alone)",
+        "state file {} is corrupt ({reason}); vgpud will not guess what it held: restore it from a backup, or move it aside and run `vgpud state recover` to rebuild the ledger from the host (allocations and layouts are not recovered)",
         path.display()
     )]
     Corrupt {
@@ -95,6 +99,27 @@ pub enum StoreError {
         /// The format name expected.
         expected: &'static str,
     },
+    /// The document is missing although the host shows what the caller created with it.
+    #[error(
+        "state file {} is missing, but the host shows slices vgpud created: {found}; vgpud will not start empty and count them as foreign: restore the file from a backup, or run `vgpud state recover --state-dir {}` to rebuild the ledger from the host",
+        path.display(),
+        path.parent().unwrap_or(Path::new(".")).display()
+    )]
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// What the host shows, as the caller describes it.
+        found: String,
+    },
+    /// The caller asked to rebuild a document that exists.
+    #[error(
+        "state file {} exists; recovery only rebuilds a missing one: move it aside first (it is not removed)",
+        path.display()
+    )]
+    Exists {
+        /// The file.
+        path: PathBuf,
+    },
     /// The value could not be encoded as JSON.
     #[error("cannot encode the state document")]
     Encode(#[source] serde_json::Error),
@@ -117,33 +142,84 @@ pub struct Store<T> {
     path: PathBuf,
     schema: Schema,
     /// Held for the store's lifetime; closing it releases the lock.
-    _lock: File,
+    _lock: lock::DirLock,
     current: T,
+    /// Whether the document was read from its file (false: the file was missing).
+    loaded: bool,
     /// Every successful write bumps it; for callers that cache derived views.
     generation: u64,
 }
 
 impl<T: Serialize + DeserializeOwned + Default + Clone> Store<T> {
     /// Opens (creating if needed) the state directory, takes its lock, and reads the document;
-    /// a missing document is `T::default()`.
+    /// a missing document is `T::default()` ([`Store::loaded`] says which).
     pub fn open(dir: &Path, schema: Schema) -> Result<Self, StoreError> {
-        fs::create_dir_all(dir).map_err(|e| StoreError::io("create directory", dir, e))?;
-        let lock = take_lock(dir)?;
+        Self::open_checked(dir, schema, |_| Ok(()))
+    }
+
+    /// As [`Store::open`], and refuses a document that `check` finds inconsistent (its records
+    /// contradict each other) as [`StoreError::Corrupt`] with `check`'s reason: a checksum only
+    /// proves the bytes are the ones written, not that the writer was right.
+    pub fn open_checked(
+        dir: &Path,
+        schema: Schema,
+        check: impl FnOnce(&T) -> Result<(), String>,
+    ) -> Result<Self, StoreError> {
+        modes::create_private_dir(dir)?;
+        let lock = lock::DirLock::take(dir)?;
         let path = dir.join(format!("{}.json", schema.name));
         remove_stale_temp(&path)?;
-        let current = match fs::read(&path) {
-            Ok(bytes) => decode(&path, &bytes, schema)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => T::default(),
+        let (current, loaded) = match fs::read(&path) {
+            Ok(bytes) => (decode(&path, &bytes, schema)?, true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (T::default(), false),
             Err(e) => return Err(StoreError::io("read", &path, e)),
         };
+        if loaded {
+            modes::restrict_file(&path)?;
+        }
+        check(&current).map_err(|reason| StoreError::Corrupt {
+            path: path.clone(),
+            reason: format!("its records contradict each other: {reason}"),
+        })?;
         Ok(Self {
             dir: dir.to_owned(),
             path,
             schema,
             _lock: lock,
             current,
+            loaded,
             generation: 0,
         })
+    }
+
+    /// Opens the state directory for a document that must not exist yet (rebuilding a lost one):
+    /// takes the lock, and refuses with [`StoreError::Exists`] when the file is there, whatever
+    /// it holds. The document is `T::default()` until the first [`Store::update`] writes it.
+    pub fn create_new(dir: &Path, schema: Schema) -> Result<Self, StoreError> {
+        modes::create_private_dir(dir)?;
+        let lock = lock::DirLock::take(dir)?;
+        let path = dir.join(format!("{}.json", schema.name));
+        remove_stale_temp(&path)?;
+        match fs::symlink_metadata(&path) {
+            Ok(_) => return Err(StoreError::Exists { path }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::io("stat", &path, e)),
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            path,
+            schema,
+            _lock: lock,
+            current: T::default(),
+            loaded: false,
+            generation: 0,
+        })
+    }
+
+    /// Whether the document was read from its file; false when the file was missing and the
+    /// document is the default.
+    pub fn loaded(&self) -> bool {
+        self.loaded
     }
 
     /// The document as last written.
@@ -189,24 +265,6 @@ impl<T: Serialize + DeserializeOwned + Default + Clone> Store<T> {
     }
 }
 
-fn take_lock(dir: &Path) -> Result<File, StoreError> {
-    let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| StoreError::io("open", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
-            dir: dir.to_owned(),
-        }),
-        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::io("lock", &path, e)),
-    }
-}
-
 fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(".tmp");
@@ -226,7 +284,7 @@ fn remove_stale_temp(path: &Path) -> Result<(), StoreError> {
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     use std::io::Write;
-    let mut f = File::create(path).map_err(|e| StoreError::io("create", path, e))?;
+    let mut f = modes::create_private_file(path)?;
     f.write_all(bytes)
         .map_err(|e| StoreError::io("write", path, e))?;
     f.sync_all().map_err(|e| StoreError::io("fsync", path, e))

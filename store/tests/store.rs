@@ -165,3 +165,122 @@ fn a_stale_temporary_file_is_ignored() {
     assert_eq!(s.get().get("a"), Some(&1));
     assert!(!tmp.path().join("test-state.json.tmp").exists());
 }
+
+#[test]
+fn the_lock_holds_when_the_lock_file_is_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = open(tmp.path()).unwrap();
+    fs::remove_file(tmp.path().join("lock")).unwrap();
+    let err = open(tmp.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("locked by another vgpud instance"));
+    drop(first);
+    open(tmp.path()).unwrap();
+}
+
+#[test]
+fn contradicting_records_are_refused_like_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut doc = Doc::new();
+    doc.insert("twice".into(), 2);
+    write_raw(tmp.path(), &good_bytes(&doc));
+    let check = |d: &Doc| match d.get("twice") {
+        Some(2) => Err("\"twice\" is 2".to_owned()),
+        _ => Ok(()),
+    };
+    let err = Store::open_checked(tmp.path(), SCHEMA, check).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{text}");
+    assert!(
+        text.contains("contradict each other: \"twice\" is 2"),
+        "{text}"
+    );
+    assert!(text.contains("vgpud state recover"), "{text}");
+    // The refusal released the lock: a consistent document opens.
+    doc.insert("twice".into(), 1);
+    write_raw(tmp.path(), &good_bytes(&doc));
+    let s = Store::open_checked(tmp.path(), SCHEMA, check).unwrap();
+    assert!(s.loaded());
+}
+
+#[test]
+fn a_missing_document_is_reported_as_not_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = open(tmp.path()).unwrap();
+    assert!(!s.loaded());
+    s.update(|d| d.insert("a".into(), 1)).unwrap();
+    drop(s);
+    assert!(open(tmp.path()).unwrap().loaded());
+}
+
+/// Sets the process's umask for the test's life (nextest runs each test in its own process).
+struct Umask(rustix::fs::Mode);
+
+impl Umask {
+    fn set(mask: u32) -> Self {
+        Umask(rustix::process::umask(rustix::fs::Mode::from_raw_mode(
+            mask,
+        )))
+    }
+}
+
+impl Drop for Umask {
+    fn drop(&mut self) {
+        rustix::process::umask(self.0);
+    }
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn state_is_private_whatever_the_umask() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state");
+    {
+        let _open_umask = Umask::set(0o000);
+        let mut s = open(&dir).unwrap();
+        s.update(|d| d.insert("tenant".into(), 1)).unwrap();
+    }
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("test-state.json")), 0o600);
+    assert_eq!(mode(&dir.join("lock")), 0o600);
+    // Files an older build left world-readable, in a world-readable directory with a group:
+    // others lose their bits, the group keeps its own.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.join("test-state.json");
+    fs::set_permissions(&state, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(dir.join("lock"), fs::Permissions::from_mode(0o666)).unwrap();
+    let _umask = Umask::set(0o000);
+    let s = open(&dir).unwrap();
+    assert_eq!(mode(&dir), 0o750);
+    assert_eq!(mode(&state), 0o640);
+    assert_eq!(mode(&dir.join("lock")), 0o660);
+    let mut s = s;
+    s.update(|d| d.insert("tenant".into(), 2)).unwrap();
+    assert_eq!(mode(&state), 0o600, "a rewrite is 0600");
+}
+
+#[test]
+fn create_new_refuses_an_existing_document_and_takes_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let mut s = Store::<Doc>::create_new(tmp.path(), SCHEMA).unwrap();
+        assert!(open(tmp.path()).is_err(), "create_new holds the lock");
+        s.update(|d| d.insert("rebuilt".into(), 1)).unwrap();
+    }
+    let err = Store::<Doc>::create_new(tmp.path(), SCHEMA).unwrap_err();
+    assert!(matches!(err, StoreError::Exists { .. }), "{err}");
+    assert!(err.to_string().contains("move it aside"), "{err}");
+    // Even a damaged file is kept, not overwritten.
+    write_raw(tmp.path(), b"garbage");
+    let err = Store::<Doc>::create_new(tmp.path(), SCHEMA).unwrap_err();
+    assert!(matches!(err, StoreError::Exists { .. }), "{err}");
+    assert_eq!(
+        fs::read(tmp.path().join("test-state.json")).unwrap(),
+        b"garbage"
+    );
+}

@@ -32,6 +32,9 @@ pub enum Command {
     },
     /// Describe the host: NUMA nodes, GPUs, what each can be sliced into, existing slices.
     Inventory(InventoryArgs),
+    /// Maintain the desired-state directory (`recover`: rebuild a lost state file).
+    #[command(subcommand)]
+    State(crate::state_cmd::StateCommand),
     /// Drive a simulated host kept in a state directory.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -232,6 +235,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => crate::daemon::run(args),
         Command::CheckConfig { file } => print(&crate::daemon_config::check_config(&file)?),
         Command::Inventory(args) => inventory(&args),
+        Command::State(cmd) => print(&crate::state_cmd::run(cmd)?),
         Command::Sim(cmd) => sim(cmd),
         Command::CaptureProfile { root, output } => {
             let access = host::real_access(root.as_deref().unwrap_or(std::path::Path::new("/")));

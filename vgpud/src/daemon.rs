@@ -78,8 +78,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
-/// The host the daemon works on.
-fn host_choice(args: &RunArgs, config: &Config) -> HostChoice {
+/// The host the daemon works on (and `vgpud state recover` looks at).
+pub(crate) fn host_choice(args: &RunArgs, config: &Config) -> HostChoice {
     match &args.sim {
         Some(profile) => HostChoice::Sim {
             profile: profile.clone(),

@@ -8,3 +8,4 @@ pub mod daemon;
 mod daemon_config;
 mod daemon_listen;
 mod daemon_systemd;
+pub mod state_cmd;

@@ -18,6 +18,7 @@ use super::locks::{GpuLocks, KeyLocks, lock};
 use super::model::SliceId;
 use super::state::{self, Desired};
 use super::timed_host::TimedHost;
+use super::{marked, state_check};
 
 /// How to open an engine.
 #[derive(Debug, Clone)]
@@ -68,13 +69,21 @@ pub(super) struct Inner {
 
 impl Engine {
     /// Opens the state directory (taking its lock: a second engine on it is refused) and wraps the
-    /// host's vendor libraries in time-bounded calls. Call [`Engine::reconcile`] before serving.
+    /// host's vendor libraries in time-bounded calls. A state file whose records contradict each
+    /// other is refused as corrupt; a missing one is refused while the host shows slices
+    /// carrying vgpud's mark ([`Engine::recover`] rebuilds it). Call [`Engine::reconcile`]
+    /// before serving.
     pub fn open(config: EngineConfig) -> Result<Engine> {
-        let store = store::Store::open(&config.state_dir, state::SCHEMA)?;
+        let store =
+            store::Store::open_checked(&config.state_dir, state::SCHEMA, state_check::check)?;
+        let host = TimedHost::new(config.host, config.vendor_timeout);
+        if !store.loaded() {
+            marked::refuse_if_marked(&host, store.path())?;
+        }
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
         Ok(Engine {
             inner: Arc::new(Inner {
-                host: TimedHost::new(config.host, config.vendor_timeout),
+                host,
                 store: Mutex::new(store),
                 gpu_locks: GpuLocks::default(),
                 key_locks: KeyLocks::default(),

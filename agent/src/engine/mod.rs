@@ -28,16 +28,20 @@ mod layout_mig_mode;
 mod layout_partition;
 pub mod limits;
 mod locks;
+mod marked;
+mod marks;
 mod mig_geometry;
 pub mod model;
 mod ops;
 mod reconcile;
+mod recover;
 pub mod reports;
 mod resolve;
 mod scheduling;
 mod snapshot;
 mod sriov_recovery;
 mod state;
+mod state_check;
 mod timed_host;
 mod vendor;
 mod vfs;
@@ -52,6 +56,7 @@ pub use layout::{
 };
 pub use model::*;
 pub use reconcile::{ReconcileReport, StaleVmLink};
+pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};
 pub use scheduling::Scheduling;
 

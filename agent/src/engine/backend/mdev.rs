@@ -77,7 +77,8 @@ impl Backend for MdevBackend {
             )));
         }
         loop {
-            let uuid = MdevUuid::new_random();
+            // Marked, so that the host alone says it is vgpud's if the ledger is ever lost.
+            let uuid = crate::engine::marks::new_mdev_uuid();
             let taken = reserved.contains(&Identity::Mdev { uuid }) || read(host, uuid)?.is_some();
             if !taken {
                 return Ok(Identity::Mdev { uuid });
