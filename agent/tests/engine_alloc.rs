@@ -215,7 +215,8 @@ fn an_idempotency_key_reused_with_another_request_is_a_conflict() {
     same.request.slice_type = " nvidia-230 ".into();
     same.request.numa_policy = Some(NumaPolicy::Preferred);
     assert_eq!(e.allocate(same).unwrap(), a);
-    let changes: Vec<(&str, Box<dyn Fn(&mut agent::engine::AllocationRequest)>)> = vec![
+    type Change = Box<dyn Fn(&mut agent::engine::AllocationRequest)>;
+    let changes: Vec<(&str, Change)> = vec![
         (
             "gpu",
             Box::new(|r| r.request.gpu = Some(addr("0000:42:00.0"))),
