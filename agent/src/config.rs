@@ -337,6 +337,14 @@ fn validate_tcp(tcp: &TcpConfig) -> Result<(), (&'static str, String)> {
             "set client_ca, tokens_file or both: TCP is never anonymous".into(),
         ));
     }
+    for (i, entry) in tcp.allowed_subjects.iter().enumerate() {
+        if let Err(why) = crate::subject_rule::SubjectRule::parse(entry) {
+            return Err((
+                "api.tcp.allowed_subjects",
+                format!("entry {} ({entry:?}): {why}", i + 1),
+            ));
+        }
+    }
     let files = [
         ("api.tcp.cert", Some(&tcp.cert)),
         ("api.tcp.key", Some(&tcp.key)),
@@ -406,6 +414,10 @@ mod tests {
             (
                 "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/nonexistent/c\"\nkey = \"/k\"\ntokens_file = \"/t\"",
                 "api.tcp.cert",
+            ),
+            (
+                "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/c\"\nkey = \"/k\"\nclient_ca = \"/ca\"\nallowed_subjects = [\"CN=nova\", \"O:Example\"]",
+                "api.tcp.allowed_subjects",
             ),
         ];
         for (text, key) in cases {

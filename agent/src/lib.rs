@@ -10,3 +10,4 @@ pub mod config;
 pub mod engine;
 pub mod pinning;
 pub mod service;
+pub mod subject_rule;

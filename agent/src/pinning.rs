@@ -296,7 +296,7 @@ impl Pinner {
             .hv
             .apply(&vm.domain.name, &alloc.id.to_string(), &devices, &plan)
             .map_err(vmpin_error)?;
-        tracing::info!(allocation = %alloc.id, domain = %vm.domain.name, live = report.active, "VM pinned");
+        tracing::info!(allocation = %alloc.id, domain = ?vm.domain.name, live = report.active, "VM pinned");
         Ok(pinning_of(&vm.domain.name, vm.policy, &plan, report))
     }
 
@@ -396,7 +396,7 @@ impl Pinner {
             }
         }
         for s in &links.stale {
-            tracing::warn!(domain = %s.domain, allocation = %s.allocation, reason = %s.reason, "stale VM link");
+            tracing::warn!(domain = ?s.domain, allocation = %s.allocation, reason = %s.reason, "stale VM link");
         }
         Ok(links)
     }

@@ -219,6 +219,12 @@ impl Service {
         self.engine.layouts()
     }
 
+    /// Checks layouts as [`Service::set_layouts`] does, changing nothing (REST answers `422`
+    /// with it before it accepts an apply that runs in the background).
+    pub fn check_layouts(&self, layouts: &[Layout]) -> Result<()> {
+        self.engine.check_layouts(layouts)
+    }
+
     /// Replaces the declared layouts and applies them (diff-based; allocated slices stay).
     pub fn set_layouts(&self, layouts: Vec<Layout>) -> Result<LayoutsView> {
         self.engine.set_layouts(layouts)

@@ -199,3 +199,58 @@ fn every_type_name_resolves() {
         .unwrap();
     assert_eq!(s.state, SliceState::Allocated);
 }
+
+#[test]
+fn an_idempotency_key_reused_with_another_request_is_a_conflict() {
+    use agent::engine::NumaPolicy;
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let mut req = request("nova", "nvidia-230", Some(T4));
+    req.request.idempotency_key = Some("k1".into());
+    let a = e.allocate(req.clone()).unwrap();
+    // The exact same request (the type spelt with spaces, the default NUMA policy named) is a
+    // retry.
+    let mut same = req.clone();
+    same.request.slice_type = " nvidia-230 ".into();
+    same.request.numa_policy = Some(NumaPolicy::Preferred);
+    assert_eq!(e.allocate(same).unwrap(), a);
+    type Change = Box<dyn Fn(&mut agent::engine::AllocationRequest)>;
+    let changes: Vec<(&str, Change)> = vec![
+        (
+            "gpu",
+            Box::new(|r| r.request.gpu = Some(addr("0000:42:00.0"))),
+        ),
+        ("no gpu", Box::new(|r| r.request.gpu = None)),
+        ("vm", Box::new(|r| r.vm = Some("vm-2".into()))),
+        (
+            "numa",
+            Box::new(|r| r.request.numa_policy = Some(NumaPolicy::Required)),
+        ),
+        ("vcpus", Box::new(|r| r.request.vcpus = Some(4))),
+        ("memory", Box::new(|r| r.request.memory_mib = Some(4096))),
+        (
+            "type",
+            Box::new(|r| r.request.slice_type = "nvidia-222".into()),
+        ),
+    ];
+    for (what, change) in changes {
+        let mut other = req.clone();
+        change(&mut other);
+        let err = e.allocate(other).unwrap_err();
+        assert_eq!(err.code(), "conflict", "{what}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("\"k1\"") && text.contains(&a.id.to_string()),
+            "{text}"
+        );
+    }
+    assert_eq!(e.allocations().len(), 1, "nothing else was allocated");
+    // The record survives a restart: a retry after it is still told apart.
+    drop(e);
+    let e = engine(&h, dir.path());
+    assert_eq!(e.allocate(req.clone()).unwrap(), a);
+    let mut other = req;
+    other.request.vcpus = Some(8);
+    assert_eq!(e.allocate(other).unwrap_err().code(), "conflict");
+}

@@ -484,3 +484,21 @@ fn a_hung_amd_smi_call_leaves_the_intent_for_reconcile() {
     let p = h.amd().partition(addr(MI300X)).unwrap();
     assert_eq!((p.compute.as_str(), p.memory.as_str()), ("CPX", "NPS4"));
 }
+
+#[test]
+fn slices_on_a_passed_through_gpu_are_a_conflict_not_a_missing_gpu() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    // What a create or an allocation that lost the GPU's lock to a passthrough finds.
+    create(&e, T4B, SliceKind::Passthrough).unwrap();
+    let err = create(&e, T4B, mdev_kind("nvidia-222")).unwrap_err();
+    assert_eq!(err.code(), "conflict", "{err}");
+    assert!(err.to_string().contains("vfio-pci"), "{err}");
+    let err = e
+        .allocate(request("nova", "nvidia-222", Some(T4B)))
+        .unwrap_err();
+    assert_eq!(err.code(), "conflict", "{err}");
+    // Elsewhere the type is still allocated as before.
+    e.allocate(request("nova", "nvidia-222", None)).unwrap();
+}

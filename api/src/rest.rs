@@ -29,7 +29,7 @@ use std::sync::Arc;
 use agent::service::Service;
 use axum::Router;
 
-pub use auth::{Caller, Credentials, TokenFile, subject_matches};
+pub use auth::{Caller, Credentials, TokenFile, reload_token_files, subject_matches};
 pub use metrics::metrics_router;
 pub use openapi::{OPENAPI_PATH, openapi, openapi_json};
 pub use tls::{TlsOptions, serve_tls, serve_tls_listener};

@@ -23,8 +23,8 @@ pub use agent::engine::limits::{
     MAX_COUNT, MAX_GPU_INDEX, MAX_ITEMS, MAX_MEMORY_MIB, MAX_MIG_START, MAX_TEXT_CHARS, MAX_VCPUS,
 };
 
-/// The pattern of free text: no control characters.
-pub const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]+$";
+/// The pattern of free text: no control characters, no invisible or bidi formatting ones.
+pub use agent::engine::limits::TEXT_PATTERN;
 
 /// The pattern of a canonical PCI address (`dddd:bb:dd.f`, lower case).
 pub const PCI_PATTERN: &str = r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$";

@@ -388,13 +388,23 @@ async fn layouts_are_applied_through_operations_with_etags() {
         7
     );
 
-    // A layout naming a type the GPU does not offer fails in the operation, changing nothing.
+    // A layout naming a type the GPU does not offer, or two layouts selecting one GPU, is
+    // refused before any operation starts (the engine's checks), changing nothing.
     let bad = json!({"layouts": [{"name": "bad", "slices": [{"type": "nvidia-999", "count": 1}]}]});
-    let accepted = rig.send_json("PUT", "/v1/layouts", &bad).await;
-    assert_eq!(accepted.status, 202);
-    let op = wait_operation(&rig, &accepted.header("location").unwrap()).await;
-    assert_eq!(op["state"], "failed", "{op}");
-    assert_eq!(op["error"]["code"], "invalid_request");
+    let twice = json!({"layouts": [
+        {"name": "a", "selector": {"addresses": [A100]}, "slices": []},
+        {"name": "b", "selector": {"addresses": [A100]}, "slices": []}]});
+    for body in [bad, twice] {
+        let refused = rig.send_json("PUT", "/v1/layouts", &body).await;
+        assert_eq!(refused.status, 422, "{}", refused.text());
+        assert_eq!(refused.error_code(), "invalid_request");
+        assert!(refused.header("location").is_none());
+    }
+    // The slot for applies is free again: no operation was left running.
+    let again = json!({"layouts": [{"name": "small", "selector": {"addresses": [A100]}, "slices": [{"type": "1g.10gb", "count": 7}]}]});
+    let accepted = rig.send_json("PUT", "/v1/layouts", &again).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    wait_operation(&rig, &accepted.header("location").unwrap()).await;
     assert_eq!(
         rig.get("/v1/layouts").await.json()["layouts"][0]["name"],
         "small"

@@ -355,6 +355,33 @@ fn cases() -> Vec<(&'static str, Request, &'static str)> {
             alloc(|a| a.consumer = "a\u{85}b".into()),
             bad,
         ),
+        // Text that shows other than it is: bidi overrides and isolates, zero-width and tag
+        // characters (they would reach the log and listings as they are).
+        (
+            "RLO override in consumer",
+            alloc(|a| a.consumer = "nova\u{202e}gpj.exe".into()),
+            bad,
+        ),
+        (
+            "bidi isolate in vm",
+            alloc(|a| a.vm = Some("\u{2066}vm-1\u{2069}".into())),
+            bad,
+        ),
+        (
+            "zero-width space in consumer",
+            alloc(|a| a.consumer = "no\u{200b}va".into()),
+            bad,
+        ),
+        (
+            "tag characters in vm",
+            alloc(|a| a.vm = Some("vm\u{e0041}\u{e0042}".into())),
+            bad,
+        ),
+        (
+            "BOM in type",
+            alloc(|a| a.slice_type = "\u{feff}1g.10gb".into()),
+            bad,
+        ),
         ("200-char vm", alloc(|a| a.vm = Some(long(200))), bad),
         // Not NUL: a D-Bus string cannot carry one (the bus disconnects the sender).
         (
@@ -514,6 +541,11 @@ fn cases() -> Vec<(&'static str, Request, &'static str)> {
         (
             "ESC in layout name",
             layout(json!({"name": "a\u{1b}b", "slices": []})),
+            bad,
+        ),
+        (
+            "RLO override in layout name",
+            layout(json!({"name": "a\u{202e}b", "slices": []})),
             bad,
         ),
         (
@@ -743,4 +775,23 @@ fn the_published_limits_are_the_shared_ones() {
             "{name}: {maxima:?}, not {limit}"
         );
     }
+}
+
+#[test]
+fn free_text_publishes_the_shared_pattern() {
+    let doc: Value = serde_json::from_str(&api::rest::openapi_json()).unwrap();
+    let mut patterns = Vec::new();
+    named(&doc, "pattern", &mut patterns);
+    let shared = agent::engine::limits::TEXT_PATTERN;
+    let free_text = patterns
+        .iter()
+        .filter(|p| p.as_str() == Some(shared))
+        .count();
+    assert!(free_text >= 8, "{patterns:?}");
+    // No field still publishes the pattern that let bidi overrides through.
+    let old = r"^[^\u0000-\u001F\u007F-\u009F]+$";
+    assert!(
+        patterns.iter().all(|p| p.as_str() != Some(old)),
+        "{patterns:?}"
+    );
 }

@@ -6,8 +6,8 @@
 //! listener accepts; `STATUS=` lines; watchdog pings at half `WATCHDOG_USEC`, sent only while the
 //! engine answers. SIGTERM/SIGINT: stop accepting, let requests and a running reconcile finish,
 //! exit 0 (an operation cut short anyway is rolled back by the engine's intents at the next
-//! start). SIGHUP: re-read the configuration, apply what can change live, log what needs a
-//! restart. A second daemon on the same state directory is refused by the engine's lock.
+//! start). SIGHUP: re-read the tokens file and the configuration, apply what can change live,
+//! log what needs a restart. A second daemon on the same state directory is refused by the engine's lock.
 //!
 //! This module only wires: the logic is the engine's, the wire formats are `api`'s.
 
@@ -137,7 +137,7 @@ fn log_reconcile(what: &str, r: &ReconcileReport) {
     }
     for link in &r.stale_vm_links {
         warn!(
-            "VM {} of allocation {} is not pinned as recorded: {}",
+            "VM {:?} of allocation {} is not pinned as recorded: {}",
             link.domain, link.allocation, link.reason
         );
     }
@@ -429,9 +429,27 @@ async fn watchdog(systemd: Systemd, service: Service, period: Duration) {
     }
 }
 
+/// SIGHUP, first part: re-reads the TLS listener's tokens file, so a token removed from it stops
+/// working now. A file that cannot be read or parsed keeps the tokens in force.
+fn reload_tokens() {
+    for (path, outcome) in api::rest::reload_token_files() {
+        match outcome {
+            Ok(n) => info!(
+                "SIGHUP: tokens file {} reloaded ({n} tokens)",
+                path.display()
+            ),
+            Err(e) => error!(
+                "SIGHUP: tokens file {} not reloaded, the tokens in force stay: {e}",
+                path.display()
+            ),
+        }
+    }
+}
+
 /// SIGHUP: re-reads the configuration (the same file and flags), applies what can change live
 /// and names the keys that need a restart. A bad file keeps the running configuration.
 fn reload(args: &RunArgs, config: &mut Config, interval: &watch::Sender<Duration>) {
+    reload_tokens();
     let new = match daemon_config::load(args) {
         Ok(c) => c,
         Err(e) => {

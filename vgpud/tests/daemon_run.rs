@@ -581,6 +581,76 @@ fn the_tls_listener_serves_only_authenticated_clients() {
     assert!(d.stop().success());
 }
 
+#[test]
+fn sighup_reloads_the_tokens_file_and_a_bad_one_keeps_the_tokens() {
+    if !have("openssl", "openssl") || !have("curl", "curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl req");
+    let (old, new) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("old {old}\n")).unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "[api.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = \"{}\"\nkey = \"{}\"\ntokens_file = \"{}\"\n",
+            cert.display(),
+            key.display(),
+            tokens.display()
+        ),
+    );
+    let mut d = start(dir.path(), "vgpud", &[]);
+    let url = format!("https://127.0.0.1:{port}/v1/host");
+    let cacert = cert.to_str().unwrap();
+    let with = |t: &str| {
+        curl_status(&[
+            "--cacert",
+            cacert,
+            "-H",
+            &format!("Authorization: Bearer {t}"),
+            &url,
+        ])
+    };
+    assert_eq!(with(old), "200");
+    assert_eq!(with(new), "401");
+    std::fs::write(&tokens, format!("new {new}\n")).unwrap();
+    d.signal("HUP");
+    d.wait_for_log("reloaded (1 tokens)", Duration::from_secs(10));
+    assert_eq!(
+        with(old),
+        "401",
+        "a removed token stops working without a restart"
+    );
+    assert_eq!(with(new), "200", "a new one starts");
+    std::fs::write(&tokens, "new short\n").unwrap();
+    d.signal("HUP");
+    let log = d.wait_for_log("not reloaded", Duration::from_secs(10));
+    assert!(log.contains("line 1"), "the log says why: {log}");
+    assert_eq!(with(new), "200", "a bad file keeps the tokens in force");
+    assert!(d.stop().success());
+}
+
 /// Starts a private bus (a dbus-daemon with the session policy) and returns it with its address.
 fn private_bus(dir: &Path) -> Option<(Child, String)> {
     if !have("dbus-daemon", "dbus-daemon") || !have("busctl", "systemd") {

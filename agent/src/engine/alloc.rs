@@ -61,6 +61,7 @@ impl Engine {
             idempotency_key: r.idempotency_key.clone(),
             created: now(),
             pinning: None,
+            request: Some(r.recorded()),
         };
         let finished = gathered.and_then(|()| match finish {
             Some(f) => f(&alloc).map(|p| alloc.pinning = p),
@@ -73,7 +74,7 @@ impl Engine {
             self.destroy_unused(&created);
             return Err(e);
         }
-        tracing::info!(allocation = %alloc.id, consumer = %alloc.consumer, slices = alloc.slices.len(), "allocated");
+        tracing::info!(allocation = %alloc.id, consumer = ?alloc.consumer, slices = alloc.slices.len(), "allocated");
         self.emit(Event::AllocationCreated {
             allocation: alloc.id,
             consumer: alloc.consumer.clone(),
@@ -82,7 +83,9 @@ impl Engine {
         Ok(alloc)
     }
 
-    /// The allocation an earlier attempt with the same key made, if any.
+    /// The allocation an earlier attempt with the same key made, if any. The key stands for
+    /// one request: the same key with any other field (VM, GPU, type, count, NUMA policy,
+    /// vCPUs, memory) is a `conflict`, never the first request's allocation.
     fn by_key(&self, req: &AllocationRequest) -> Result<Option<Allocation>> {
         let Some(key) = &req.request.idempotency_key else {
             return Ok(None);
@@ -94,12 +97,7 @@ impl Engine {
                 .cloned()
         });
         match found {
-            Some(a)
-                if a.slice_type.as_deref() == Some(req.request.slice_type.trim())
-                    && a.slices.len() == req.request.count as usize =>
-            {
-                Ok(Some(a))
-            }
+            Some(a) if same_request(&a, req) => Ok(Some(a)),
             Some(a) => Err(EngineError::Conflict(format!(
                 "idempotency key {key:?} was used for allocation {} with another request",
                 a.id
@@ -152,6 +150,22 @@ impl Engine {
     pub fn allocation(&self, id: AllocationId) -> Result<Allocation> {
         self.read(|d| d.allocations.get(&id).cloned())
             .ok_or_else(|| EngineError::NotFound(format!("allocation {id}")))
+    }
+}
+
+/// Whether `req` asks what `a` answered. Allocations recorded before the request was stored
+/// say only their type and size.
+fn same_request(a: &Allocation, req: &AllocationRequest) -> bool {
+    let r = &req.request;
+    if a.vm != req.vm {
+        return false;
+    }
+    match &a.request {
+        Some(recorded) => *recorded == r.recorded(),
+        None => {
+            a.slice_type.as_deref() == Some(r.slice_type.trim())
+                && a.slices.len() == r.count as usize
+        }
     }
 }
 

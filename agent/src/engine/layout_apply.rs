@@ -93,7 +93,9 @@ impl Engine {
             .collect())
     }
 
-    fn check_layouts(&self, layouts: &[Layout]) -> Result<()> {
+    /// Checks layouts against the host without changing anything: what [`Engine::set_layouts`]
+    /// refuses, so a front end can refuse it before accepting the apply.
+    pub fn check_layouts(&self, layouts: &[Layout]) -> Result<()> {
         let mut names = BTreeSet::new();
         for l in layouts {
             if l.name.is_empty() || !names.insert(l.name.clone()) {

@@ -54,6 +54,10 @@ pub enum TextFault {
     TooLong,
     /// It contains control characters (C0, DEL or C1).
     Control,
+    /// It contains a character that changes how text around it is shown without being seen
+    /// itself: bidirectional overrides and isolates, zero-width and other format characters,
+    /// line and paragraph separators, Unicode tag characters.
+    Invisible(char),
 }
 
 impl fmt::Display for TextFault {
@@ -62,11 +66,39 @@ impl fmt::Display for TextFault {
             TextFault::Empty => f.write_str("must not be empty"),
             TextFault::TooLong => write!(f, "longer than {MAX_TEXT_CHARS} characters"),
             TextFault::Control => f.write_str("contains control characters"),
+            TextFault::Invisible(c) => write!(
+                f,
+                "contains the invisible or bidirectional formatting character U+{:04X}",
+                u32::from(*c)
+            ),
         }
     }
 }
 
-/// Checks free text: non-empty, at most [`MAX_TEXT_CHARS`] characters, no control characters.
+/// Characters refused in free text besides control characters: the Unicode format characters
+/// (general category Cf) of the Basic Multilingual Plane that occur in real text, the line and
+/// paragraph separators, and the whole block of tag characters and supplementary variation
+/// selectors (U+E0000 to U+E03FF, one UTF-16 high surrogate, so the OpenAPI pattern can say
+/// it). They reorder or hide what a log line or a listing shows (CVE-2021-42574, "Trojan
+/// Source"; Unicode TR #9 for the bidi controls, TR #36 for invisible characters).
+pub const INVISIBLE: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{180E}', '\u{180E}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{2028}', '\u{202E}'),
+    ('\u{2060}', '\u{206F}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFF9}', '\u{FFFB}'),
+    ('\u{E0000}', '\u{E03FF}'),
+];
+
+/// The pattern of free text as the OpenAPI document publishes it: no control characters and
+/// none of [`INVISIBLE`] (`\uDB40` is the high surrogate of U+E0000 to U+E03FF).
+pub const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$";
+
+/// Checks free text: non-empty, at most [`MAX_TEXT_CHARS`] characters, no control characters
+/// and none of [`INVISIBLE`].
 pub fn check_text(value: &str) -> Result<(), TextFault> {
     let n = value.chars().count();
     if n == 0 {
@@ -78,7 +110,14 @@ pub fn check_text(value: &str) -> Result<(), TextFault> {
     if value.chars().any(char::is_control) {
         return Err(TextFault::Control);
     }
+    if let Some(c) = value.chars().find(|c| is_invisible(*c)) {
+        return Err(TextFault::Invisible(c));
+    }
     Ok(())
+}
+
+fn is_invisible(c: char) -> bool {
+    INVISIBLE.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c))
 }
 
 /// Checks a count of slices: 1 to [`MAX_COUNT`].
@@ -102,6 +141,26 @@ mod tests {
         assert_eq!(check_text("a\nb"), Err(TextFault::Control));
         assert_eq!(check_text("a\u{85}b"), Err(TextFault::Control));
         assert!(count_in_range(1) && count_in_range(MAX_COUNT));
+    }
+
+    #[test]
+    fn bidi_overrides_and_invisible_characters_are_refused() {
+        for (text, c) in [
+            ("nova\u{202E}gpj.exe", '\u{202E}'),
+            ("\u{2066}admin\u{2069}", '\u{2066}'),
+            ("no\u{200B}va", '\u{200B}'),
+            ("nova\u{FEFF}", '\u{FEFF}'),
+            ("a\u{2028}b", '\u{2028}'),
+            ("tag\u{E0041}", '\u{E0041}'),
+            ("soft\u{AD}hyphen", '\u{AD}'),
+        ] {
+            assert_eq!(check_text(text), Err(TextFault::Invisible(c)), "{text:?}");
+        }
+        // Letters of any script, emoji and joiners inside words stay allowed where they are
+        // not format characters.
+        for ok in ["nova-compute", "Ärzte GmbH", "東京", "vm🙂", "שלום"] {
+            assert_eq!(check_text(ok), Ok(()), "{ok}");
+        }
         assert!(!count_in_range(0) && !count_in_range(MAX_COUNT + 1));
     }
 }

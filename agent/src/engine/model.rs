@@ -581,6 +581,17 @@ impl SliceRequest {
     pub fn numa(&self) -> NumaPolicy {
         self.numa_policy.unwrap_or_default()
     }
+
+    /// The request as an allocation records it: the type trimmed, the NUMA policy spelt out
+    /// (absent and `preferred` ask the same) and the key left out (it is recorded beside).
+    pub fn recorded(&self) -> SliceRequest {
+        SliceRequest {
+            slice_type: self.slice_type.trim().to_owned(),
+            idempotency_key: None,
+            numa_policy: Some(self.numa()),
+            ..self.clone()
+        }
+    }
 }
 
 /// Where a VM's CPUs and memory go relative to its slices' NUMA node.
@@ -701,6 +712,11 @@ pub struct Allocation {
     /// The VM pinning applied for it (filled in by the service; the engine never stores it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinning: Option<VmPinning>,
+    /// The request it answered (type trimmed, key left out), so that a retry with its
+    /// idempotency key can be told from another request reusing the key. Absent for
+    /// allocations made by `create` or before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<SliceRequest>,
 }
 
 #[cfg(test)]

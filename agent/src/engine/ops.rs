@@ -63,6 +63,7 @@ impl Engine {
                 idempotency_key: None,
                 created: now(),
                 pinning: None,
+                request: None,
             };
             let written = self.write(|d| d.allocations.insert(alloc.id, alloc.clone()));
             lock(&self.inner.claims).remove(&entry.id);
@@ -84,7 +85,10 @@ impl Engine {
     ) -> Result<OwnedSlice> {
         // A virtual mdev parent is no PCI device: the mdev backend's validation finds it.
         if spec.gpu.pci().is_some() || spec.kind.backend() != BackendKind::Mdev {
-            self.host().gpu(spec.pci()?)?;
+            let dev = self.host().gpu(spec.pci()?)?;
+            if spec.kind.backend() != BackendKind::Passthrough {
+                backend::refuse_if_passed_through(&dev)?;
+            }
         }
         let be = backend::for_new(self.host(), spec)?;
         be.validate(self.host(), spec)?;

@@ -2,7 +2,7 @@
 
 use ids::{MdevParentName, MdevTypeId, MigProfileName, PciAddress, PciVendorId};
 
-use super::backend::profile_by_name;
+use super::backend::{profile_by_name, refuse_if_passed_through};
 use super::error::{EngineError, Result};
 use super::model::{DeviceRef, SliceKind, SliceSpec};
 use super::timed_host::TimedHost;
@@ -173,7 +173,13 @@ pub(crate) fn candidates(
 ) -> Result<Vec<SliceSpec>> {
     let t = check_type(t)?;
     let devs = match only {
-        Some(g) => vec![host.gpu(g)?],
+        Some(g) => {
+            let dev = host.gpu(g)?;
+            if t != "gpu" {
+                refuse_if_passed_through(&dev)?;
+            }
+            vec![dev]
+        }
         None => gpus(host)?,
     };
     let mut out = Vec::new();

@@ -354,6 +354,10 @@ async fn put_layouts(
     ApiJson(body): ApiJson<LayoutsRequest>,
 ) -> Result<Response, ApiError> {
     let layouts = body.to_engine()?;
+    // The engine's checks against the host, before the 202: an invalid layout is a 422 now,
+    // not an operation that fails later. The apply checks again (the host may change).
+    let (service, checked) = (st.service.clone(), layouts.clone());
+    blocking(move || service.check_layouts(&checked)).await?;
     let op = st.operations.start_apply().map_err(|running| {
         ApiError::Conflict(format!(
             "layout apply {running} is still running: poll /v1/operations/{running}"

@@ -283,21 +283,32 @@ async fn handshake(
     Ok((tls, TlsPeer { addr, subject }))
 }
 
-/// The subject of a DER certificate: its (attribute, value) pairs and its display form.
+/// The subject of a DER certificate: its (attribute, value) pairs and its display form. Every
+/// attribute is kept, repeated ones too: a value that is no string (a BMPString, say) stands as
+/// `#` and its DER in hex (RFC 4514's form), so it can never be dropped and leave a subject that
+/// passes a rule its real attributes would not.
 fn subject_of(der: &[u8]) -> Option<(Vec<(String, String)>, String)> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let registry = x509_parser::objects::oid_registry();
     let pairs = cert
         .subject()
         .iter_attributes()
-        .filter_map(|a| {
+        .map(|a| {
             let name = x509_parser::objects::oid2abbrev(a.attr_type(), registry)
                 .map(str::to_owned)
                 .unwrap_or_else(|_| a.attr_type().to_id_string());
-            Some((name, a.as_str().ok()?.to_owned()))
+            let value = match a.as_str() {
+                Ok(v) => v.to_owned(),
+                Err(_) => format!("#{}", hex(a.attr_value().data)),
+            };
+            (name, value)
         })
         .collect();
     Some((pairs, cert.subject().to_string()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Listener for TlsListener {

@@ -65,7 +65,7 @@ pub struct ImportRequest {
     #[schema(
         min_length = 1,
         max_length = 56,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$",
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$",
         example = "all-balanced"
     )]
     pub config: Option<String>,

@@ -30,7 +30,7 @@ pub struct GpuSelector {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub model: Option<String>,
 }
@@ -76,7 +76,7 @@ pub struct LayoutEntry {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$",
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$",
         example = "1g.10gb"
     )]
     pub slice_type: String,
@@ -94,7 +94,7 @@ pub struct Layout {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub name: String,
     /// Which GPUs.

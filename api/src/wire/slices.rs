@@ -153,7 +153,7 @@ pub struct Owner {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub consumer: String,
     /// The VM.
@@ -161,7 +161,7 @@ pub struct Owner {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub vm: Option<String>,
 }
@@ -332,7 +332,7 @@ pub struct SliceRequest {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$",
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$",
         example = "3g.40gb"
     )]
     pub slice_type: String,
@@ -451,7 +451,7 @@ pub struct AllocationRequest {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub consumer: String,
     /// The VM the slices are for.
@@ -459,7 +459,7 @@ pub struct AllocationRequest {
     #[schema(
         min_length = 1,
         max_length = 64,
-        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$"
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub vm: Option<String>,
     /// What to allocate.

@@ -13,6 +13,8 @@ mod mig_vgpu;
 mod nvidia_vfio;
 mod passthrough;
 mod sriov_vf;
+
+pub(crate) use passthrough::refuse_if_passed_through;
 mod vf_type;
 
 use super::error::Result;

@@ -51,6 +51,20 @@ fn carried_slices(host: &TimedHost, dev: &vfio::PciDevice) -> Result<Vec<String>
     Ok(found)
 }
 
+/// Refuses slices of another kind on a GPU bound to vfio-pci as a whole: its mdev parent, VFs
+/// and NVML handle are gone while it is, so without this check a create or an allocation that
+/// lost the GPU's lock to a passthrough would answer `not_found` (or "not offered"), though
+/// the GPU is there and only taken.
+pub(crate) fn refuse_if_passed_through(dev: &vfio::PciDevice) -> Result<()> {
+    if dev.driver.as_deref() == Some(vfio::VFIO_PCI) {
+        return Err(EngineError::Conflict(format!(
+            "GPU {} is bound to vfio-pci as a whole (passed through): it carries no slices until it is handed back",
+            dev.address
+        )));
+    }
+    Ok(())
+}
+
 fn present(dev: &vfio::PciDevice) -> Observed {
     if dev.driver.as_deref() == Some(vfio::VFIO_PCI) {
         Observed::Present(Handles {
