@@ -218,6 +218,7 @@ mod tests {
             idempotency_key: key.map(str::to_owned),
             created: 1,
             pinning: None,
+            request: None,
         }
     }
 
