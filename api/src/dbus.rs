@@ -13,7 +13,8 @@
 //! It must not decide anything the engine decides (what to create, where, whether a request is
 //! sensible beyond its wire types), and it must never take the name from another instance.
 
-mod args;
+/// The argument parsers, public so the fuzz targets (`fuzz/`) call exactly what the methods call.
+pub mod args;
 mod error;
 mod objects;
 mod paths;

@@ -36,15 +36,17 @@ impl MigProfileName {
 fn parse_attributes(input: &str, mut rest: &str) -> Result<String, IdError> {
     let all = rest;
     while !rest.is_empty() {
-        let sign = &rest[..1];
-        if sign != "+" && sign != "-" {
-            return Err(IdError::new(
-                MIG,
-                input,
-                format!("unexpected {rest:?} after the size"),
-            ));
-        }
-        let body = &rest[1..];
+        // By char, not by byte: the text after the size may start with any character.
+        let (sign, body) = match rest.chars().next() {
+            Some(c @ ('+' | '-')) => (c, &rest[1..]),
+            _ => {
+                return Err(IdError::new(
+                    MIG,
+                    input,
+                    format!("unexpected {rest:?} after the size"),
+                ));
+            }
+        };
         let end = body.find(['+', '-']).unwrap_or(body.len());
         let attr = &body[..end];
         let valid = !attr.is_empty()
@@ -146,6 +148,9 @@ mod tests {
             "1c.3g.40gb",
             "10g.40gb",
             "3g.40gb/..",
+            // Found by fuzz/ids_roundtrip: a multi-byte character after the size panicked.
+            "1g.10gb\u{558}\u{467}",
+            "1g.10gb+me\u{e9}",
         ] {
             assert!(bad.parse::<MigProfileName>().is_err(), "{bad:?}");
         }

@@ -14,6 +14,12 @@ const PROC_MEMINFO: &str = "/proc/meminfo";
 /// The kernel's `LOCAL_DISTANCE`: what a node's distance to itself always reads.
 const LOCAL_DISTANCE: u32 = 10;
 
+/// The most NUMA nodes a Linux kernel has: `MAX_NUMNODES` is `1 << NODES_SHIFT`
+/// (include/linux/numa.h) and `NODES_SHIFT` is at most 10 (arch/x86/Kconfig, arch/arm64/Kconfig).
+/// A larger node number in the online list is garbage; reading that many nodes, each with its
+/// CPU list, would take minutes (found by fuzz/sysfs_values with an online list `0-30000`).
+const MAX_NODES: u32 = 1 << 10;
+
 /// One NUMA node: its CPUs, memory and distances to the online nodes.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NumaNode {
@@ -44,8 +50,10 @@ pub fn online_nodes(fs: &dyn Sysfs) -> Result<Vec<NumaNodeId>, NumaError> {
     list.iter()
         .map(|n| {
             u16::try_from(n)
+                .ok()
+                .filter(|_| n < MAX_NODES)
                 .map(NumaNodeId)
-                .map_err(|_| NumaError::CpuList {
+                .ok_or_else(|| NumaError::CpuList {
                     input: list.to_string(),
                     reason: format!("node {n} is out of range"),
                 })

@@ -186,6 +186,21 @@ fn unreadable_online_list_fails_the_call() {
     );
 }
 
+#[test]
+fn node_numbers_beyond_the_kernels_limit_are_refused() {
+    let (dir, tree) = two_socket_host();
+    // MAX_NUMNODES is at most 1024: node 1023 may exist, node 1024 cannot.
+    tree.file(&format!("{NODE}/online"), "0-1,1023\n");
+    assert_eq!(online_nodes(&fs(&dir)).unwrap().len(), 3);
+    tree.file(&format!("{NODE}/online"), "0-30000\n");
+    let err = online_nodes(&fs(&dir)).unwrap_err();
+    assert!(
+        sysfs::error_chain(&err).contains("node 1024 is out of range"),
+        "{}",
+        sysfs::error_chain(&err)
+    );
+}
+
 /// Denies every access below `denied` with EACCES, as the kernel does for a directory the agent
 /// may not read (the fixture cannot show this with permissions when the tests run as root).
 #[derive(Debug)]

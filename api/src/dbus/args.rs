@@ -82,7 +82,7 @@ impl Options {
 
 /// `CreateSlice`: the device, the backend and its type as positional arguments; `start`,
 /// `consumer` and `vm` as options. Checked as `POST /v1/slices` checks its body.
-pub(super) fn create_request(
+pub fn create_request(
     gpu: &str,
     backend: &str,
     slice_type: &str,
@@ -169,7 +169,7 @@ fn owner(consumer: Option<String>, vm: Option<String>) -> Result<Option<Owner>, 
 
 /// `Allocate`: consumer, type and count as positional arguments, the rest as options. Checked as
 /// `POST /v1/allocations` checks its body and `Idempotency-Key` header.
-pub(super) fn allocation_request(
+pub fn allocation_request(
     consumer: String,
     slice_type: String,
     count: u32,
@@ -217,7 +217,7 @@ fn parse_numa_policy(text: &str) -> Result<NumaPolicy, DbusError> {
 
 /// `ApplyLayouts`: a JSON array of layouts, the `layouts` member of `PUT /v1/layouts`'s body,
 /// checked by the same code.
-pub(super) fn layouts(text: &str) -> Result<Vec<engine::Layout>, DbusError> {
+pub fn layouts(text: &str) -> Result<Vec<engine::Layout>, DbusError> {
     if text.len() > MAX_LAYOUTS_JSON {
         return Err(DbusError::invalid(format!(
             "the layouts document is {} bytes; at most {MAX_LAYOUTS_JSON} are accepted",
@@ -231,7 +231,7 @@ pub(super) fn layouts(text: &str) -> Result<Vec<engine::Layout>, DbusError> {
 
 /// `ImportLayouts`: the JSON body of `POST /v1/layouts/import`, parsed into the same wire type
 /// (its checks run in [`ImportRequest::to_engine`], as for REST).
-pub(super) fn import_request(text: &str) -> Result<ImportRequest, DbusError> {
+pub fn import_request(text: &str) -> Result<ImportRequest, DbusError> {
     if text.len() > MAX_LAYOUTS_JSON {
         return Err(DbusError::invalid(format!(
             "the import request is {} bytes; at most {MAX_LAYOUTS_JSON} are accepted",
@@ -243,12 +243,12 @@ pub(super) fn import_request(text: &str) -> Result<ImportRequest, DbusError> {
 }
 
 /// A slice id: a canonical UUID, as in REST's paths.
-pub(super) fn slice_id(text: &str) -> Result<engine::SliceId, DbusError> {
+pub fn slice_id(text: &str) -> Result<engine::SliceId, DbusError> {
     Ok(crate::wire::slices::slice_id(text)?)
 }
 
 /// An allocation id: a canonical UUID, as in REST's paths.
-pub(super) fn allocation_id(text: &str) -> Result<engine::AllocationId, DbusError> {
+pub fn allocation_id(text: &str) -> Result<engine::AllocationId, DbusError> {
     Ok(crate::wire::slices::allocation_id(text)?)
 }
 
