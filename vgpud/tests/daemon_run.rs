@@ -527,13 +527,9 @@ fn curl_status(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-#[test]
-fn the_tls_listener_serves_only_authenticated_clients() {
-    if !have("openssl", "openssl") || !have("curl", "curl") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+/// A self-signed certificate for 127.0.0.1 and its key, made by openssl in `dir`.
+fn self_signed_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = Command::new("openssl")
         .args([
             "req",
@@ -553,6 +549,16 @@ fn the_tls_listener_serves_only_authenticated_clients() {
         .status()
         .unwrap();
     assert!(made.success(), "openssl req");
+    (cert, key)
+}
+
+#[test]
+fn the_tls_listener_serves_only_authenticated_clients() {
+    if !have("openssl", "openssl") || !have("curl", "curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed_cert(dir.path());
     let token = "daemon-test-token-0123456789abcdef";
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("test {token}\n")).unwrap();
@@ -587,26 +593,7 @@ fn sighup_reloads_the_tokens_file_and_a_bad_one_keeps_the_tokens() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(made.success(), "openssl req");
+    let (cert, key) = self_signed_cert(dir.path());
     let (old, new) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("old {old}\n")).unwrap();
