@@ -320,10 +320,16 @@ impl Config {
     pub fn api_mode(&self) -> Result<u32, String> {
         let mode = &self.api.socket_mode;
         match u32::from_str_radix(mode, 8) {
-            Ok(m) if m <= 0o777 && m & 0o600 == 0o600 => Ok(m),
-            Ok(_) => Err(format!(
+            Ok(m) if m > 0o777 || m & 0o600 != 0o600 => Err(format!(
                 "{mode} must be at most 0777 and give the owner read and write"
             )),
+            // Anyone who can connect can allocate and release: access goes by group, never to
+            // every local user.
+            Ok(m) if m & 0o007 != 0 => Err(format!(
+                "{mode} lets every local user drive the API; give access by socket_group \
+                 (e.g. 0660) instead"
+            )),
+            Ok(m) => Ok(m),
             Err(_) => Err(format!("{mode:?} is not an octal mode such as 0660")),
         }
     }
@@ -358,6 +364,36 @@ fn validate_tcp(tcp: &TcpConfig) -> Result<(), (&'static str, String)> {
                 format!("{} does not exist or is not a file", f.display()),
             ));
         }
+    }
+    let secrets = [
+        ("api.tcp.key", Some(&tcp.key)),
+        ("api.tcp.tokens_file", tcp.tokens_file.as_ref()),
+    ];
+    for (key, file) in secrets {
+        if let Some(f) = file {
+            check_secret_mode(f).map_err(|why| (key, why))?;
+        }
+    }
+    Ok(())
+}
+
+/// A private key or a tokens file must not be open to every user on the host, nor writable by
+/// its group: either would hand the API to whoever reads (or rewrites) it. Group read stays
+/// allowed for the usual `root:ssl-cert 0640` arrangement.
+fn check_secret_mode(file: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(file)
+        .map_err(|e| format!("{}: {e}", file.display()))?
+        .permissions()
+        .mode()
+        & 0o777;
+    if mode & 0o027 != 0 {
+        return Err(format!(
+            "{} has mode {mode:04o}: it holds a secret; make it 0600 or 0640 \
+             (chmod o-rwx,g-w {})",
+            file.display(),
+            file.display()
+        ));
     }
     Ok(())
 }
@@ -406,6 +442,8 @@ mod tests {
             ("[scheduler]\npolicy = \"worst-fit\"", "scheduler.policy"),
             ("[api]\nsocket_mode = \"0999\"", "api.socket_mode"),
             ("[api]\nsocket_mode = \"0066\"", "api.socket_mode"),
+            ("[api]\nsocket_mode = \"0666\"", "api.socket_mode"),
+            ("[api]\nsocket_mode = \"0662\"", "api.socket_mode"),
             ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
             (
                 "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/c\"\nkey = \"/k\"",
@@ -424,6 +462,44 @@ mod tests {
             match parse(text) {
                 Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key, "{text}"),
                 other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn secrets_open_to_other_users_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, mode: u32| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, "x").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            p.display().to_string()
+        };
+        let cert = file("cert", 0o644);
+        let text = |key: &str, tokens: &str| {
+            format!(
+                "[api.tcp]\nlisten = \"127.0.0.1:8443\"\ncert = \"{cert}\"\nkey = \"{key}\"\n\
+                 tokens_file = \"{tokens}\""
+            )
+        };
+        let (key_ok, tokens_ok) = (file("key", 0o600), file("tokens", 0o640));
+        parse(&text(&key_ok, &tokens_ok)).unwrap();
+        for (key, tokens, refused) in [
+            (file("key-644", 0o644), tokens_ok.clone(), "api.tcp.key"),
+            (file("key-660", 0o660), tokens_ok.clone(), "api.tcp.key"),
+            (
+                key_ok.clone(),
+                file("tokens-604", 0o604),
+                "api.tcp.tokens_file",
+            ),
+        ] {
+            match parse(&text(&key, &tokens)) {
+                Err(ConfigError::Invalid { key: k, reason, .. }) => {
+                    assert_eq!(k, refused);
+                    assert!(reason.contains("chmod"), "{reason}");
+                }
+                other => panic!("{key} {tokens}: {other:?}"),
             }
         }
     }

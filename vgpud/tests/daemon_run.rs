@@ -527,6 +527,13 @@ fn curl_status(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Writes a file only its owner may read, as vgpud wants for keys and tokens.
+fn write_secret(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// A self-signed certificate for 127.0.0.1 and its key, made by openssl in `dir`.
 fn self_signed_cert(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
@@ -561,7 +568,7 @@ fn the_tls_listener_serves_only_authenticated_clients() {
     let (cert, key) = self_signed_cert(dir.path());
     let token = "daemon-test-token-0123456789abcdef";
     let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("test {token}\n")).unwrap();
+    write_secret(&tokens, &format!("test {token}\n"));
     let port = free_port();
     write_config(
         dir.path(),
@@ -596,7 +603,7 @@ fn sighup_reloads_the_tokens_file_and_a_bad_one_keeps_the_tokens() {
     let (cert, key) = self_signed_cert(dir.path());
     let (old, new) = ("old-token-0123456789abcdef", "new-token-0123456789abcdef");
     let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("old {old}\n")).unwrap();
+    write_secret(&tokens, &format!("old {old}\n"));
     let port = free_port();
     write_config(
         dir.path(),

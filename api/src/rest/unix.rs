@@ -143,34 +143,57 @@ where
 async fn bind(socket: &Path, mode: u32, group: Option<&str>) -> Result<UnixListener, ApiError> {
     remove_stale(socket).await?;
     let gid = group.map(group_id).transpose()?;
-    let temp = temp_name(socket);
-    let _ = std::fs::remove_file(&temp);
+    let private = PrivateDir::create(socket)?;
+    let temp = private.path.join("api.sock");
     let listener = UnixListener::bind(&temp)
         .map_err(|e| ApiError::listener(format!("binding {}", temp.display()), e))?;
-    let setup = || -> Result<(), ApiError> {
-        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode)).map_err(|e| {
-            ApiError::listener(format!("setting mode {mode:04o} on {}", temp.display()), e)
+    // Inside a directory only this process's user can enter, nobody can swap the fresh socket for
+    // a symlink before its mode and group are set, so they land on the socket itself (and the
+    // chown would not follow a link anyway).
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        ApiError::listener(format!("setting mode {mode:04o} on {}", temp.display()), e)
+    })?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::lchown(&temp, None, Some(gid)).map_err(|e| {
+            ApiError::listener(format!("giving {} to group {gid}", temp.display()), e)
         })?;
-        if let Some(gid) = gid {
-            std::os::unix::fs::chown(&temp, None, Some(gid)).map_err(|e| {
-                ApiError::listener(format!("giving {} to group {gid}", temp.display()), e)
-            })?;
-        }
-        std::fs::rename(&temp, socket).map_err(|e| {
-            ApiError::listener(format!("moving the socket to {}", socket.display()), e)
-        })
-    };
-    if let Err(e) = setup() {
-        let _ = std::fs::remove_file(&temp);
-        return Err(e);
     }
+    std::fs::rename(&temp, socket)
+        .map_err(|e| ApiError::listener(format!("moving the socket to {}", socket.display()), e))?;
     Ok(listener)
 }
 
-fn temp_name(socket: &Path) -> PathBuf {
-    let mut name = socket.as_os_str().to_owned();
-    name.push(format!(".tmp-{}", std::process::id()));
-    PathBuf::from(name)
+/// A directory of mode 0700 beside the socket, where the socket is made and set up before it is
+/// renamed into place (a rename within one file system). Removed when dropped.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn create(socket: &Path) -> Result<Self, ApiError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let parent = socket
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = socket.file_name().unwrap_or_default().to_string_lossy();
+        let path = parent.join(format!(".{name}.new-{}", std::process::id()));
+        // Left by a crashed daemon that had the same pid: ours to clear. remove_dir_all does not
+        // follow a symlink put there; it removes the link.
+        let _ = std::fs::remove_dir_all(&path);
+        let _ = std::fs::remove_file(&path);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| ApiError::listener(format!("creating {}", path.display()), e))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }
 
 async fn remove_stale(socket: &Path) -> Result<(), ApiError> {
@@ -239,5 +262,38 @@ mod tests {
         assert_eq!(gid_in(text, "root"), Some(0));
         assert_eq!(gid_in(text, "nobody"), None);
         assert_eq!(group_id("42").unwrap(), 42);
+    }
+
+    #[tokio::test]
+    async fn the_socket_is_set_up_where_nobody_else_can_reach_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("api.sock");
+        // A symlink planted where the private directory goes points at a victim file: binding
+        // replaces the link and never touches the victim's mode.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "secret").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let planted = dir
+            .path()
+            .join(format!(".api.sock.new-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+
+        let _listener = bind(&socket, 0o660, None).await.unwrap();
+        let meta = std::fs::symlink_metadata(&socket).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        let victim_mode = std::fs::metadata(&victim).unwrap().permissions().mode();
+        assert_eq!(victim_mode & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
+        let mut left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["api.sock", "victim"],
+            "nothing else is left beside the socket"
+        );
     }
 }

@@ -1,0 +1,76 @@
+//! The shipped systemd files agree with each other: the group the API socket is given can reach
+//! the socket's directory once systemd has started the unit.
+
+use std::path::Path;
+
+fn shipped(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../systemd")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The values of `key=` in a unit file, in order.
+fn unit_values<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
+    unit.lines()
+        .filter_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+        .collect()
+}
+
+fn socket_group() -> String {
+    let toml = shipped("vgpud.toml");
+    let line = toml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("socket_group = "))
+        .expect("vgpud.toml sets socket_group");
+    line.trim_matches('"').to_owned()
+}
+
+#[test]
+fn the_socket_group_can_enter_the_runtime_directory() {
+    let unit = shipped("vgpud.service");
+    let group = socket_group();
+    // RuntimeDirectory= makes systemd chown the directory to the service's user and group
+    // (root:root) at each start, overriding tmpfiles (systemd.exec(5), "RuntimeDirectory=").
+    assert!(
+        unit_values(&unit, "RuntimeDirectory").is_empty(),
+        "RuntimeDirectory= would take /run/vgpud from group {group}"
+    );
+    let tmpfiles = shipped("vgpud.tmpfiles");
+    let entry: Vec<&str> = tmpfiles
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("/run/vgpud"))
+        .expect("tmpfiles makes /run/vgpud")
+        .split_whitespace()
+        .collect();
+    assert_eq!(entry[0], "d");
+    assert_eq!(entry[4], group, "the directory's group is the socket's");
+    let mode = u32::from_str_radix(entry[2], 8).unwrap();
+    assert_eq!(mode & 0o050, 0o050, "the group may enter and list");
+    assert_eq!(mode & 0o007, 0, "nobody else may");
+    let sysusers = shipped("vgpud.sysusers");
+    assert!(
+        sysusers
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["g", group.as_str()])),
+        "sysusers makes group {group}"
+    );
+}
+
+#[test]
+fn the_service_can_write_where_it_keeps_state_and_its_socket() {
+    let unit = shipped("vgpud.service");
+    assert_eq!(unit_values(&unit, "ProtectSystem"), ["strict"]);
+    let writable: Vec<&str> = unit_values(&unit, "ReadWritePaths")
+        .iter()
+        .flat_map(|v| v.split_whitespace())
+        .map(|p| p.trim_start_matches('-'))
+        .collect();
+    assert!(writable.contains(&"/run/vgpud"), "{writable:?}");
+    let pre = unit_values(&unit, "ExecStartPre");
+    assert!(
+        pre.iter()
+            .any(|c| c.contains("systemd-tmpfiles --create vgpud.conf")),
+        "the directory is made again if it went missing: {pre:?}"
+    );
+}
