@@ -22,7 +22,7 @@ fn socket_group() -> String {
     let line = toml
         .lines()
         .find_map(|l| l.trim().strip_prefix("socket_group = "))
-        .expect("vgpud.toml sets socket_group");
+        .unwrap_or_else(|| panic!("vgpud.toml sets no socket_group"));
     line.trim_matches('"').to_owned()
 }
 
@@ -40,7 +40,7 @@ fn the_socket_group_can_enter_the_runtime_directory() {
     let entry: Vec<&str> = tmpfiles
         .lines()
         .find(|l| l.split_whitespace().nth(1) == Some("/run/vgpud"))
-        .expect("tmpfiles makes /run/vgpud")
+        .unwrap_or_else(|| panic!("tmpfiles makes no /run/vgpud"))
         .split_whitespace()
         .collect();
     assert_eq!(entry[0], "d");
