@@ -219,7 +219,15 @@ impl ManagerObject {
     ) -> Result<String, DbusError> {
         self.shared.authorize(conn, &header, Action::Layout).await?;
         let layouts = args::layouts(&layouts)?;
-        let view = self.run(conn, move |s| s.set_layouts(layouts)).await?;
+        // As REST's PUT /v1/layouts: the host's checks first, and the one apply slot (shared
+        // with REST) held across the apply, so a concurrent apply from either side is `conflict`.
+        let view = self
+            .run(conn, move |s| {
+                s.check_layouts(&layouts)?;
+                let _claim = s.claim_apply(&format!("dbus-{}", uuid::Uuid::new_v4()))?;
+                s.set_layouts(layouts)
+            })
+            .await?;
         to_json(&wire::layouts::LayoutsView::new(&view))
     }
 
@@ -237,7 +245,16 @@ impl ManagerObject {
         let source = req.to_engine()?;
         let dry_run = req.dry_run;
         let outcome = self
-            .run(conn, move |s| s.import_layouts(source, dry_run))
+            .run(conn, move |s| {
+                // Replacing the layouts takes the one apply slot, as ApplyLayouts does.
+                let applies =
+                    !dry_run && matches!(source, agent::engine::import::ImportSource::Layouts(_));
+                let _claim = match applies {
+                    true => Some(s.claim_apply(&format!("dbus-{}", uuid::Uuid::new_v4()))?),
+                    false => None,
+                };
+                s.import_layouts(source, dry_run)
+            })
             .await?;
         to_json(&crate::wire::import::ImportOutcome::new(&outcome))
     }
