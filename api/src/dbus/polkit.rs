@@ -27,6 +27,8 @@ pub enum Action {
     Manage,
     /// Replace the declared layouts.
     Layout,
+    /// Read tenants' consumer and VM names (redacted otherwise: `redact.rs`).
+    ReadTenants,
 }
 
 impl Action {
@@ -35,6 +37,7 @@ impl Action {
         match self {
             Action::Manage => "io.vgpud.manage",
             Action::Layout => "io.vgpud.layout",
+            Action::ReadTenants => "io.vgpud.read-tenants",
         }
     }
 }
