@@ -14,7 +14,8 @@ use crate::wire::slices::{Allocation, Slice};
 pub const REDACTED: &str = "(redacted)";
 
 /// Whether the caller may read tenants' names: root (uid 0, asked of the bus, which cannot be
-/// lied to) always; anyone else when polkit authorises `io.vgpud.read-tenants`.
+/// lied to) always; anyone else when polkit authorises `io.vgpud.read-tenants` without a
+/// password prompt (a read is answered redacted rather than held for one).
 pub(crate) async fn may_read_tenants(
     conn: &Connection,
     header: &Header<'_>,
@@ -24,7 +25,7 @@ pub(crate) async fn may_read_tenants(
     if !root_asks_polkit && caller_uid(conn, header).await == Some(0) {
         return true;
     }
-    polkit::authorize(conn, header, Action::ReadTenants, timeouts)
+    polkit::authorize_quietly(conn, header, Action::ReadTenants, timeouts)
         .await
         .is_ok()
 }
