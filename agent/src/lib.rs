@@ -6,6 +6,7 @@
 //! Choosing and opening a host (real, a sysfs tree, the simulator) is `hostwire`'s job, and the
 //! `vgpud` binary puts the pieces together.
 
+pub mod apply_slot;
 pub mod config;
 pub mod engine;
 pub mod pinning;

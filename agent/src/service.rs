@@ -14,6 +14,7 @@ use ids::PciAddress;
 use inventory::HostInventory;
 use tokio::sync::broadcast;
 
+use crate::apply_slot::{ApplyClaim, ApplySlot};
 use crate::config::Config;
 use crate::engine::{
     Allocation, AllocationId, AllocationRequest, CreateSlice, Engine, EngineError, Event, Layout,
@@ -68,6 +69,7 @@ pub struct Service {
     policy: Arc<sched::Policy>,
     pinner: Option<Arc<Pinner>>,
     links: Arc<Mutex<VmLinks>>,
+    apply_slot: Arc<ApplySlot>,
 }
 
 impl Service {
@@ -83,6 +85,7 @@ impl Service {
             policy: Arc::new(options.policy),
             pinner: options.pinning.map(|p| Arc::new(Pinner::new(p))),
             links: Arc::default(),
+            apply_slot: Arc::default(),
         }
     }
 
@@ -225,7 +228,14 @@ impl Service {
         self.engine.check_layouts(layouts)
     }
 
+    /// Claims the one layout apply slot for apply `id` (`conflict` while another apply, from
+    /// any front end, holds it). Hold the claim across the checks and [`Service::set_layouts`].
+    pub fn claim_apply(&self, id: &str) -> Result<ApplyClaim> {
+        self.apply_slot.claim(id)
+    }
+
     /// Replaces the declared layouts and applies them (diff-based; allocated slices stay).
+    /// Front ends call it holding a [`Service::claim_apply`] claim.
     pub fn set_layouts(&self, layouts: Vec<Layout>) -> Result<LayoutsView> {
         self.engine.set_layouts(layouts)
     }

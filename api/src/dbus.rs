@@ -19,6 +19,7 @@ mod error;
 mod objects;
 mod paths;
 mod polkit;
+mod redact;
 mod sync;
 mod view;
 
@@ -49,6 +50,10 @@ pub const SLICE_INTERFACE: &str = "io.vgpud.Agent1.Slice";
 pub struct DbusOptions {
     /// How long to wait for polkit before refusing.
     pub polkit_timeouts: PolkitTimeouts,
+    /// Ask polkit about `io.vgpud.read-tenants` for root callers too (normally root reads
+    /// tenants' names without asking). Off by default; the tests, which run as root, turn it on
+    /// to stand for an unprivileged caller.
+    pub root_asks_polkit: bool,
 }
 
 /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set), exports the objects and takes
@@ -71,7 +76,7 @@ pub async fn serve_with(
     bus: zbus::connection::Builder<'static>,
     options: DbusOptions,
 ) -> zbus::Result<Connection> {
-    let shared = Arc::new(sync::Shared::new(service.clone(), options.polkit_timeouts));
+    let shared = Arc::new(sync::Shared::new(service.clone(), options));
     // Subscribed before the first sync, so no event between the two is missed.
     let events = service.subscribe();
     let conn = bus

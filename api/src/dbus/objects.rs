@@ -19,6 +19,7 @@ use super::args::{self, allocation_id, allocation_request, create_request, slice
 use super::error::DbusError;
 use super::paths::slice_path;
 use super::polkit::Action;
+use super::redact;
 use super::sync::Shared;
 use super::view::{GpuProps, SliceProps};
 use crate::wire;
@@ -103,37 +104,60 @@ impl ManagerObject {
     }
 
     /// The slices vgpud owns, as JSON (as `GET /v1/slices` shows them).
-    async fn slices_json(&self) -> Result<String, DbusError> {
+    /// Consumer and VM names need `io.vgpud.read-tenants` (root: always); else `(redacted)`.
+    async fn slices_json(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, DbusError> {
         let slices = self.shared.blocking(|s| s.slices()).await?;
-        to_json(
-            &slices
-                .iter()
-                .map(wire::slices::Slice::from)
-                .collect::<Vec<_>>(),
-        )
+        let names = self.shared.may_read_tenants(conn, &header).await;
+        let mut wire: Vec<_> = slices.iter().map(wire::slices::Slice::from).collect();
+        if !names {
+            wire.iter_mut().for_each(redact::slice);
+        }
+        to_json(&wire)
     }
 
     /// Every allocation, as JSON (as `GET /v1/allocations` shows them).
-    async fn allocations_json(&self) -> Result<String, DbusError> {
+    /// Consumer and VM names need `io.vgpud.read-tenants` (root: always); else `(redacted)`.
+    async fn allocations_json(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, DbusError> {
         let (allocations, slices) = self
             .shared
             .blocking(|s| (s.allocations(), s.slices()))
             .await?;
-        let wire: Vec<_> = allocations
+        let mut wire: Vec<_> = allocations
             .iter()
             .map(|a| wire::slices::Allocation::new(a, &slices))
             .collect();
+        if !self.shared.may_read_tenants(conn, &header).await {
+            wire.iter_mut().for_each(redact::allocation);
+        }
         to_json(&wire)
     }
 
     /// One allocation, as JSON (as `GET /v1/allocations/{id}` shows it).
-    async fn allocation_json(&self, allocation: String) -> Result<String, DbusError> {
+    /// Consumer and VM names need `io.vgpud.read-tenants` (root: always); else `(redacted)`.
+    async fn allocation_json(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        allocation: String,
+    ) -> Result<String, DbusError> {
         let id = allocation_id(&allocation)?;
         let (allocation, slices) = self
             .shared
             .call(move |s| Ok((s.allocation(id)?, s.slices())))
             .await?;
-        to_json(&wire::slices::Allocation::new(&allocation, &slices))
+        let mut wire = wire::slices::Allocation::new(&allocation, &slices);
+        if !self.shared.may_read_tenants(conn, &header).await {
+            redact::allocation(&mut wire);
+        }
+        to_json(&wire)
     }
 
     /// The declared layouts and each GPU's apply status, as JSON (as `GET /v1/layouts` shows
@@ -219,7 +243,15 @@ impl ManagerObject {
     ) -> Result<String, DbusError> {
         self.shared.authorize(conn, &header, Action::Layout).await?;
         let layouts = args::layouts(&layouts)?;
-        let view = self.run(conn, move |s| s.set_layouts(layouts)).await?;
+        // As REST's PUT /v1/layouts: the host's checks first, and the one apply slot (shared
+        // with REST) held across the apply, so a concurrent apply from either side is `conflict`.
+        let view = self
+            .run(conn, move |s| {
+                s.check_layouts(&layouts)?;
+                let _claim = s.claim_apply(&format!("dbus-{}", uuid::Uuid::new_v4()))?;
+                s.set_layouts(layouts)
+            })
+            .await?;
         to_json(&wire::layouts::LayoutsView::new(&view))
     }
 
@@ -237,7 +269,16 @@ impl ManagerObject {
         let source = req.to_engine()?;
         let dry_run = req.dry_run;
         let outcome = self
-            .run(conn, move |s| s.import_layouts(source, dry_run))
+            .run(conn, move |s| {
+                // Replacing the layouts takes the one apply slot, as ApplyLayouts does.
+                let applies =
+                    !dry_run && matches!(source, agent::engine::import::ImportSource::Layouts(_));
+                let _claim = match applies {
+                    true => Some(s.claim_apply(&format!("dbus-{}", uuid::Uuid::new_v4()))?),
+                    false => None,
+                };
+                s.import_layouts(source, dry_run)
+            })
             .await?;
         to_json(&crate::wire::import::ImportOutcome::new(&outcome))
     }
@@ -548,11 +589,20 @@ impl SliceObject {
         self.prop(|p| p.allocation.clone())
     }
 
-    /// The slice as JSON (as `GET /v1/slices/{id}` shows it), read now.
-    async fn json(&self) -> Result<String, DbusError> {
+    /// The slice as JSON (as `GET /v1/slices/{id}` shows it), read now. Consumer and VM names
+    /// need `io.vgpud.read-tenants` (root: always); else `(redacted)`.
+    async fn json(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, DbusError> {
         let id = self.id;
         let slice = self.shared.call(move |s| s.slice(id)).await?;
-        to_json(&wire::slices::Slice::from(&slice))
+        let mut wire = wire::slices::Slice::from(&slice);
+        if !self.shared.may_read_tenants(conn, &header).await {
+            redact::slice(&mut wire);
+        }
+        to_json(&wire)
     }
 
     /// Destroys the slice (it must be free). Needs `io.vgpud.manage`.
@@ -603,7 +653,7 @@ mod tests {
         let engine = testkit::engine_with(&sim, dir.path(), std::time::Duration::from_secs(10));
         let shared = Arc::new(Shared::new(
             agent::service::Service::new(engine),
-            super::super::polkit::PolkitTimeouts::default(),
+            super::super::DbusOptions::default(),
         ));
         let mut manager = served(&ManagerObject::new(shared.clone()));
         manager.retain(|n| n != "Version"); // constant, never announced

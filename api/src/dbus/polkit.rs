@@ -27,6 +27,8 @@ pub enum Action {
     Manage,
     /// Replace the declared layouts.
     Layout,
+    /// Read tenants' consumer and VM names (redacted otherwise: `redact.rs`).
+    ReadTenants,
 }
 
 impl Action {
@@ -35,6 +37,7 @@ impl Action {
         match self {
             Action::Manage => "io.vgpud.manage",
             Action::Layout => "io.vgpud.layout",
+            Action::ReadTenants => "io.vgpud.read-tenants",
         }
     }
 }
@@ -67,15 +70,36 @@ pub async fn authorize(
     action: Action,
     timeouts: PolkitTimeouts,
 ) -> Result<(), DbusError> {
+    let interactive = header
+        .primary()
+        .flags()
+        .contains(Flags::ALLOW_INTERACTIVE_AUTH);
+    check(conn, header, action, timeouts, interactive).await
+}
+
+/// As [`authorize`] but never prompting: for reads, which fall back to redacted names rather
+/// than wait for a person to type a password.
+pub async fn authorize_quietly(
+    conn: &Connection,
+    header: &Header<'_>,
+    action: Action,
+    timeouts: PolkitTimeouts,
+) -> Result<(), DbusError> {
+    check(conn, header, action, timeouts, false).await
+}
+
+async fn check(
+    conn: &Connection,
+    header: &Header<'_>,
+    action: Action,
+    timeouts: PolkitTimeouts,
+    interactive: bool,
+) -> Result<(), DbusError> {
     let Some(sender) = header.sender() else {
         return Err(DbusError::access_denied(
             "the call has no sender to ask polkit about",
         ));
     };
-    let interactive = header
-        .primary()
-        .flags()
-        .contains(Flags::ALLOW_INTERACTIVE_AUTH);
     let mut subject_details: HashMap<&str, Variant<'_>> = HashMap::new();
     subject_details.insert("name", Variant::from(sender.as_str()));
     let details: HashMap<&str, &str> = HashMap::new();

@@ -30,6 +30,7 @@ use super::view::{HostFacts, View, wire_name};
 pub(crate) struct Shared {
     service: Service,
     timeouts: PolkitTimeouts,
+    root_asks_polkit: bool,
     host: Mutex<HostFacts>,
     view: Mutex<View>,
     sync_lock: tokio::sync::Mutex<()>,
@@ -40,10 +41,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn new(service: Service, timeouts: PolkitTimeouts) -> Self {
+    pub(crate) fn new(service: Service, options: super::DbusOptions) -> Self {
         Self {
             service,
-            timeouts,
+            timeouts: options.polkit_timeouts,
+            root_asks_polkit: options.root_asks_polkit,
             host: Mutex::new(HostFacts::default()),
             view: Mutex::new(View::default()),
             sync_lock: tokio::sync::Mutex::new(()),
@@ -84,6 +86,15 @@ impl Shared {
         action: Action,
     ) -> Result<(), DbusError> {
         polkit::authorize(conn, header, action, self.timeouts).await
+    }
+
+    /// Whether the caller sees tenants' names in JSON answers (`redact.rs`).
+    pub(crate) async fn may_read_tenants(
+        &self,
+        conn: &Connection,
+        header: &zbus::message::Header<'_>,
+    ) -> bool {
+        super::redact::may_read_tenants(conn, header, self.timeouts, self.root_asks_polkit).await
     }
 
     /// Brings the exported objects in line with the service. Failures are logged: the next sync
@@ -265,7 +276,8 @@ async fn emit_event(conn: &Connection, event: &Event) -> zbus::Result<()> {
             slices,
         } => {
             let paths: Vec<OwnedObjectPath> = slices.iter().map(slice_path).collect();
-            ManagerObject::allocation_created(e, &allocation.to_string(), consumer, paths).await
+            let consumer = super::redact::public(consumer);
+            ManagerObject::allocation_created(e, &allocation.to_string(), &consumer, paths).await
         }
         Event::AllocationReleased { allocation } => {
             ManagerObject::allocation_released(e, &allocation.to_string()).await

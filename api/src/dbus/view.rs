@@ -14,6 +14,7 @@ use serde::Serialize;
 use zbus::{OwnedObjectPath, Variant};
 
 use super::paths::{gpu_path, slice_path};
+use super::redact;
 
 /// Declares the property values of one interface, with the D-Bus name of each and the diff.
 macro_rules! props {
@@ -206,8 +207,13 @@ fn slice_view(s: &Slice) -> SliceProps {
             .vfio_group
             .and_then(|g| i32::try_from(g.0).ok())
             .unwrap_or(-1),
-        consumer: owner.map(|o| o.consumer.clone()).unwrap_or_default(),
-        vm: owner.and_then(|o| o.vm.clone()).unwrap_or_default(),
+        // Public (every local user reads properties and signals): names redacted.
+        consumer: owner
+            .map(|o| redact::public(&o.consumer))
+            .unwrap_or_default(),
+        vm: owner
+            .and_then(|o| o.vm.as_deref().map(redact::public))
+            .unwrap_or_default(),
         allocation: owner.map(|o| o.allocation.to_string()).unwrap_or_default(),
     }
 }

@@ -41,17 +41,13 @@ pub(super) async fn import_layouts(
         !dry_run && matches!(source, agent::engine::import::ImportSource::Layouts(_));
     // Replacing the layouts takes the one apply slot, as PUT /v1/layouts does.
     let op = if applies_layouts {
-        Some(st.operations.start_apply().map_err(|running| {
-            ApiError::Conflict(format!(
-                "layout apply {running} is still running: poll /v1/operations/{running}"
-            ))
-        })?)
+        Some(st.operations.start_apply(&st.service)?)
     } else {
         None
     };
     let service = st.service.clone();
     let outcome = blocking(move || service.import_layouts(source, dry_run)).await;
-    if let Some(op) = op {
+    if let Some((op, _claim)) = op {
         let finished =
             match &outcome {
                 Ok(o) => o.layouts.as_ref().map(LayoutsView::new).ok_or_else(|| {

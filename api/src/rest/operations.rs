@@ -8,6 +8,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agent::apply_slot::ApplyClaim;
+use agent::engine::EngineError;
+use agent::service::Service;
+
 use crate::error::ErrorBody;
 use crate::wire::layouts::{LayoutsView, Operation, OperationState};
 
@@ -23,8 +27,6 @@ pub(super) struct Operations {
 struct Inner {
     by_id: HashMap<String, Operation>,
     finished: VecDeque<String>,
-    /// The layout apply in flight: one at a time, so `If-Match` means something.
-    running_apply: Option<String>,
 }
 
 fn now() -> u64 {
@@ -39,14 +41,19 @@ impl Operations {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a layout apply; `Err(id)` names the one still running.
-    pub fn start_apply(&self) -> Result<Operation, String> {
-        let mut inner = self.lock();
-        if let Some(id) = &inner.running_apply {
-            return Err(id.clone());
-        }
+    /// Starts a layout apply: claims the agent's one apply slot (shared with D-Bus, so `conflict`
+    /// while an apply from either front end runs) and records the operation. Keep the claim
+    /// until the apply ends; [`Operations::finish`] then records how.
+    pub fn start_apply(&self, service: &Service) -> Result<(Operation, ApplyClaim), EngineError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let claim = service.claim_apply(&id)?;
+        Ok((self.record(id), claim))
+    }
+
+    /// Records a running layout apply.
+    fn record(&self, id: String) -> Operation {
         let op = Operation {
-            id: uuid::Uuid::new_v4().to_string(),
+            id,
             kind: "layout_apply".to_owned(),
             state: OperationState::Running,
             started: now(),
@@ -54,17 +61,13 @@ impl Operations {
             result: None,
             error: None,
         };
-        inner.running_apply = Some(op.id.clone());
-        inner.by_id.insert(op.id.clone(), op.clone());
-        Ok(op)
+        self.lock().by_id.insert(op.id.clone(), op.clone());
+        op
     }
 
     /// Records how an operation ended.
     pub fn finish(&self, id: &str, outcome: Result<LayoutsView, ErrorBody>) {
         let mut inner = self.lock();
-        if inner.running_apply.as_deref() == Some(id) {
-            inner.running_apply = None;
-        }
         if let Some(op) = inner.by_id.get_mut(id) {
             op.finished = Some(now());
             match outcome {
@@ -96,30 +99,24 @@ impl Operations {
 mod tests {
     use super::*;
 
+    fn failed(code: &str) -> ErrorBody {
+        ErrorBody {
+            code: code.into(),
+            message: String::new(),
+            details: Default::default(),
+        }
+    }
+
+    // One apply at a time is the agent's slot now (agent/src/apply_slot.rs).
     #[test]
-    fn one_apply_at_a_time_and_old_ones_are_forgotten() {
+    fn old_operations_are_forgotten() {
         let ops = Operations::default();
-        let first = ops.start_apply().unwrap();
-        assert_eq!(ops.start_apply().unwrap_err(), first.id);
-        ops.finish(
-            &first.id,
-            Err(ErrorBody {
-                code: "conflict".into(),
-                message: "m".into(),
-                details: Default::default(),
-            }),
-        );
+        let first = ops.record("first".into());
+        ops.finish(&first.id, Err(failed("conflict")));
         assert_eq!(ops.get(&first.id).unwrap().state, OperationState::Failed);
-        for _ in 0..KEEP_FINISHED {
-            let op = ops.start_apply().unwrap();
-            ops.finish(
-                &op.id,
-                Err(ErrorBody {
-                    code: "x".into(),
-                    message: String::new(),
-                    details: Default::default(),
-                }),
-            );
+        for i in 0..KEEP_FINISHED {
+            let op = ops.record(format!("op{i}"));
+            ops.finish(&op.id, Err(failed("x")));
         }
         assert!(ops.get(&first.id).is_none());
     }

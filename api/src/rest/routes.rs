@@ -358,11 +358,7 @@ async fn put_layouts(
     // not an operation that fails later. The apply checks again (the host may change).
     let (service, checked) = (st.service.clone(), layouts.clone());
     blocking(move || service.check_layouts(&checked)).await?;
-    let op = st.operations.start_apply().map_err(|running| {
-        ApiError::Conflict(format!(
-            "layout apply {running} is still running: poll /v1/operations/{running}"
-        ))
-    })?;
+    let (op, claim) = st.operations.start_apply(&st.service)?;
     // The check and the apply both happen while this apply holds the one slot, so nobody can
     // change the layouts in between.
     if let Err(e) = check_if_match(&st, &headers).await {
@@ -372,6 +368,7 @@ async fn put_layouts(
     let (service, ops, id) = (st.service.clone(), st.operations.clone(), op.id.clone());
     tokio::spawn(async move {
         let outcome = blocking(move || service.set_layouts(layouts)).await;
+        drop(claim);
         ops.finish(
             &id,
             outcome.map(|v| LayoutsView::new(&v)).map_err(|e| e.body()),
