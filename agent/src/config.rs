@@ -126,6 +126,9 @@ pub struct LibvirtConfig {
     pub memory_mode: String,
     /// Show the slices' NUMA locality to guests (guest NUMA cells, pcie-expander-bus).
     pub guest_numa: bool,
+    /// How long one libvirt call may take, ms; past it the request fails with
+    /// `libvirt_unavailable` (a hung libvirtd blocks nobody for longer).
+    pub call_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -185,6 +188,7 @@ impl Default for LibvirtConfig {
             uri: "qemu:///system".to_owned(),
             memory_mode: "strict".to_owned(),
             guest_numa: false,
+            call_timeout_ms: 10_000,
         }
     }
 }
@@ -308,6 +312,12 @@ impl Config {
             return Err(invalid(
                 "libvirt.memory_mode",
                 "must be strict, preferred or restrictive".into(),
+            ));
+        }
+        if !(100..=600_000).contains(&self.libvirt.call_timeout_ms) {
+            return Err(invalid(
+                "libvirt.call_timeout_ms",
+                "must be 100 ms to 10 minutes".into(),
             ));
         }
         if let Some(tcp) = &self.api.tcp {
@@ -445,6 +455,7 @@ mod tests {
             ("[api]\nsocket_mode = \"0666\"", "api.socket_mode"),
             ("[api]\nsocket_mode = \"0662\"", "api.socket_mode"),
             ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
+            ("[libvirt]\ncall_timeout_ms = 0", "libvirt.call_timeout_ms"),
             (
                 "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/c\"\nkey = \"/k\"",
                 "api.tcp",

@@ -12,6 +12,7 @@
 //! the connection: what was applied lives in the domain's metadata and in the allocation.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use anyhow::Context;
 use ids::NumaNodeId;
@@ -24,10 +25,13 @@ use vmpin::{
 };
 
 use crate::config::Config;
+
+mod deadline;
 use crate::engine::{
     Allocation, AllocationId, EngineError, GuestCellPin, MemoryPin, NumaPolicy, Slice,
     SliceRequest, StaleVmLink, VcpuPin, VmPinning,
 };
+use deadline::Deadline;
 
 type Result<T> = std::result::Result<T, EngineError>;
 
@@ -45,7 +49,13 @@ pub struct PinningConfig {
     /// The host's NUMA topology to plan against when libvirt's capabilities describe none (its
     /// test driver, whose host file the wiring wrote); `None`: libvirt's, else the inventory's.
     pub topology: Option<HostTopology>,
+    /// How long one libvirt call may take before it is given up (`libvirt_unavailable`).
+    pub call_timeout: Duration,
 }
+
+/// `[libvirt] call_timeout_ms`'s default: libvirtd answers in milliseconds when it works; a
+/// domain edit on a loaded host can take a few seconds.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl PinningConfig {
     /// Pinning through `uri` with the defaults (strict memory, no reserved CPUs).
@@ -56,6 +66,7 @@ impl PinningConfig {
             memory_mode: MemoryMode::Strict,
             guest_numa: false,
             topology: None,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
         }
     }
 
@@ -81,6 +92,7 @@ impl PinningConfig {
             memory_mode,
             guest_numa: config.libvirt.guest_numa,
             topology: None,
+            call_timeout: Duration::from_millis(config.libvirt.call_timeout_ms),
         }))
     }
 }
@@ -150,11 +162,14 @@ pub(crate) struct Pinner {
     hv: Mutex<Option<Arc<Hypervisor>>>,
     /// Held from planning to applying a VM's pinning.
     planning: Mutex<()>,
+    /// Every libvirt call runs under it: a hung libvirtd costs a caller at most the timeout.
+    deadline: Deadline,
 }
 
 impl Pinner {
     pub(crate) fn new(config: PinningConfig) -> Self {
         Self {
+            deadline: Deadline::new(config.call_timeout),
             config,
             hv: Mutex::new(None),
             planning: Mutex::new(()),
@@ -182,15 +197,34 @@ impl Pinner {
         if let Some(hv) = guard.as_ref() {
             return Ok(hv.clone());
         }
-        let hv = Arc::new(Hypervisor::open(&self.config.uri).map_err(vmpin_error)?);
+        let uri = self.config.uri.clone();
+        let hv = self.deadline.run(
+            "connecting to libvirt",
+            move || Hypervisor::open(&uri).map(Arc::new).map_err(vmpin_error),
+            |_| {},
+        )?;
         *guard = Some(hv.clone());
         Ok(hv)
     }
 
+    /// One call on the connection, under the deadline; VmpinError left to the caller.
+    fn call<T: Send + 'static>(
+        &self,
+        hv: &Arc<Hypervisor>,
+        what: &str,
+        f: impl FnOnce(&Hypervisor) -> std::result::Result<T, VmpinError> + Send + 'static,
+    ) -> Result<std::result::Result<T, VmpinError>> {
+        let hv = hv.clone();
+        self.deadline.run(what, move || Ok(f(&hv)), |_| {})
+    }
+
     /// The host as planning sees it: libvirt's NUMA cells, else the configured topology, else
     /// the inventory's nodes; with the configured reserved CPUs.
-    fn topology(&self, hv: &Hypervisor, inventory: &HostInventory) -> Result<HostTopology> {
-        let mut topology = match hv.host_topology().map_err(vmpin_error)? {
+    fn topology(&self, hv: &Arc<Hypervisor>, inventory: &HostInventory) -> Result<HostTopology> {
+        let capabilities = self.call(hv, "reading the host's capabilities", |hv| {
+            hv.host_topology()
+        })?;
+        let mut topology = match capabilities.map_err(vmpin_error)? {
             Some(t) => t,
             None => match &self.config.topology {
                 Some(t) => t.clone(),
@@ -214,7 +248,9 @@ impl Pinner {
     ) -> Result<Vec<sched::NumaState>> {
         let hv = self.hv()?;
         let topology = self.topology(&hv, inventory)?;
-        let usage = hv.usage().map_err(vmpin_error)?;
+        let usage = self
+            .call(&hv, "reading the domains' pins", |hv| hv.usage())?
+            .map_err(vmpin_error)?;
         let accounting = match skip {
             Some(domain) => NumaAccounting::for_domain(&topology, &usage, domain),
             None => NumaAccounting::new(&topology, &usage),
@@ -231,15 +267,23 @@ impl Pinner {
         inventory: &HostInventory,
     ) -> Result<VmContext> {
         let hv = self.hv()?;
-        let domain = hv.domain_info(vm).map_err(vmpin_error)?;
+        let name = vm.to_owned();
+        let domain = self
+            .call(&hv, "reading the domain", move |hv| hv.domain_info(&name))?
+            .map_err(vmpin_error)?;
         if !domain.persistent {
             return Err(vmpin_error(VmpinError::Transient(vm.to_owned())));
         }
         let topology = self.topology(&hv, inventory)?;
-        let usage = hv.usage().map_err(vmpin_error)?;
+        let usage = self
+            .call(&hv, "reading the domains' pins", |hv| hv.usage())?
+            .map_err(vmpin_error)?;
         let accounting = NumaAccounting::for_domain(&topology, &usage, vm);
-        let earlier = hv
-            .allocations(vm)
+        let name = vm.to_owned();
+        let earlier = self
+            .call(&hv, "reading the domain's allocations", move |hv| {
+                hv.allocations(&name)
+            })?
             .map_err(vmpin_error)?
             .into_iter()
             .flat_map(|r| r.slices)
@@ -292,12 +336,38 @@ impl Pinner {
                 vm.policy.as_str()
             ))
         })?;
-        let report = vm
-            .hv
-            .apply(&vm.domain.name, &alloc.id.to_string(), &devices, &plan)
-            .map_err(vmpin_error)?;
+        let report = self.apply_in_domain(vm, alloc.id, devices, plan.clone())?;
         tracing::info!(allocation = %alloc.id, domain = ?vm.domain.name, live = report.active, "VM pinned");
         Ok(pinning_of(&vm.domain.name, vm.policy, &plan, report))
+    }
+
+    /// Edits the domain for the allocation. Should libvirt answer only after the deadline, the
+    /// allocation has been refused meanwhile: the worker undoes the edit it made.
+    fn apply_in_domain(
+        &self,
+        vm: &VmContext,
+        id: AllocationId,
+        devices: Vec<vmpin::Slice>,
+        plan: vmpin::PinPlan,
+    ) -> Result<vmpin::ApplyReport> {
+        let (hv, undo_hv) = (vm.hv.clone(), vm.hv.clone());
+        let (name, undo_name, key) = (
+            vm.domain.name.clone(),
+            vm.domain.name.clone(),
+            id.to_string(),
+        );
+        let undo_key = key.clone();
+        let applied = self.deadline.run(
+            "pinning the VM",
+            move || Ok(hv.apply(&name, &key, &devices, &plan)),
+            move |late| {
+                if late.is_ok() {
+                    let undone = undo_hv.release(&undo_name, &undo_key);
+                    tracing::warn!(allocation = %undo_key, domain = %undo_name, undone = undone.is_ok(), "libvirt pinned the VM after the allocation was refused; pinning undone");
+                }
+            },
+        )?;
+        applied.map_err(vmpin_error)
     }
 
     /// The slices as planning sees them (every slice, with its node) and as devices for the
@@ -346,7 +416,10 @@ impl Pinner {
     /// down is `libvirt_unavailable`.
     pub(crate) fn release(&self, domain: &str, id: AllocationId) -> Result<()> {
         let hv = self.hv()?;
-        match hv.release(domain, &id.to_string()) {
+        let (name, key) = (domain.to_owned(), id.to_string());
+        match self.call(&hv, "releasing the domain's pinning", move |hv| {
+            hv.release(&name, &key)
+        })? {
             Ok(report) => {
                 tracing::info!(allocation = %id, domain, restart_needed = ?report.restart_needed, "VM pinning released");
                 Ok(())
@@ -363,7 +436,9 @@ impl Pinner {
     /// allocations and slices.
     pub(crate) fn scan(&self, allocations: &[Allocation], slices: &[Slice]) -> Result<VmLinks> {
         let hv = self.hv()?;
-        let domains = hv.scan().map_err(vmpin_error)?;
+        let domains = self
+            .call(&hv, "reading every domain's records", |hv| hv.scan())?
+            .map_err(vmpin_error)?;
         let mut links = VmLinks::default();
         for d in &domains {
             if let Some(problem) = &d.problem {
