@@ -1,0 +1,45 @@
+//! Connection floods over the default file-descriptor limit: the daemon runs with a soft
+//! `RLIMIT_NOFILE` of 1,024 and gets 1,500 silent connections on its unix socket, or on its TLS
+//! port; the caps must keep it under the limit and serving the well-behaved client.
+
+use std::time::Instant;
+
+use hostile::daemon::{self, Daemon, NOFILE};
+use hostile::{probe, raw};
+
+const FLOOD: usize = 1_500;
+
+fn check_flood<T>(name: &str, open: impl FnOnce(&Daemon) -> Vec<T>) {
+    daemon::raise_own_nofile();
+    let mut d = Daemon::start("").unwrap();
+    let before = d.allocations().unwrap();
+    let started = Instant::now();
+    let held = open(&d);
+    let opened = started.elapsed();
+    let fds = d.fds();
+    let figures = probe::run(&d.socket(), 150);
+    let fds_after = d.fds();
+    eprintln!(
+        "hostile: {name} flood: {} of {FLOOD} connections opened in {:.2} s; daemon fds {fds}, {fds_after} (limit {NOFILE})",
+        held.len(),
+        opened.as_secs_f64()
+    );
+    figures.check(&format!("{name} flood x{FLOOD}")).unwrap();
+    assert!(
+        fds.max(fds_after) < NOFILE as usize,
+        "the daemon neared its fd limit"
+    );
+    drop(held);
+    d.assert_alive().unwrap();
+    assert_eq!(d.allocations().unwrap(), before, "state changed");
+}
+
+#[test]
+fn a_flood_of_silent_unix_connections_leaves_the_socket_serving() {
+    check_flood("unix", |d| raw::silent_unix(&d.socket(), FLOOD));
+}
+
+#[test]
+fn a_flood_of_silent_tls_connections_leaves_the_socket_serving() {
+    check_flood("TCP/TLS", |d| raw::silent_tcp(d.tls_port, FLOOD));
+}
