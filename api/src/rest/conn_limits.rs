@@ -71,14 +71,13 @@ pub(super) enum PeerKey {
     Ip(IpAddr),
 }
 
-/// A connection younger than this is never closed to make room: a well-behaved client sends its
-/// request within microseconds of connecting, so it is not mistaken for a silent one.
-const EVICT_MIN_AGE: Duration = Duration::from_millis(50);
-
 /// The connection counts of one listener.
 pub(super) struct Gate {
     max: usize,
     per_peer: usize,
+    /// A waiting connection younger than this is never closed to make room (a TLS client needs
+    /// a few round trips to finish its handshake; a local client's head comes at once).
+    min_age: Duration,
     state: Mutex<State>,
 }
 
@@ -108,10 +107,11 @@ pub(super) struct Ticket {
 }
 
 impl Gate {
-    pub(super) fn new(limits: &ConnLimits) -> Arc<Gate> {
+    pub(super) fn new(limits: &ConnLimits, min_age: Duration) -> Arc<Gate> {
         Arc::new(Gate {
             max: limits.max_connections,
             per_peer: limits.max_connections_per_peer,
+            min_age,
             state: Mutex::new(State::default()),
         })
     }
@@ -127,10 +127,10 @@ impl Gate {
         let now = Instant::now();
         let mine = s.peers.get(&peer).copied().unwrap_or(0);
         if mine >= self.per_peer {
-            if !s.evict(now, Some(&peer)) {
+            if !s.evict(now, self.min_age, Some(&peer)) {
                 return None;
             }
-        } else if s.total >= self.max && !s.evict(now, None) {
+        } else if s.total >= self.max && !s.evict(now, self.min_age, None) {
             return None;
         }
         s.total += 1;
@@ -161,13 +161,13 @@ impl Gate {
 
 impl State {
     /// Closes the oldest waiting connection (of `peer`, or of anyone) old enough to be judged.
-    fn evict(&mut self, now: Instant, peer: Option<&PeerKey>) -> bool {
+    fn evict(&mut self, now: Instant, min_age: Duration, peer: Option<&PeerKey>) -> bool {
         let found = self
             .waiting
             .iter()
             .position(|w| peer.is_none_or(|p| *p == w.peer));
         match found {
-            Some(i) if now.duration_since(self.waiting[i].since) >= EVICT_MIN_AGE => {
+            Some(i) if now.duration_since(self.waiting[i].since) >= min_age => {
                 if let Some(w) = self.waiting.remove(i) {
                     w.evict.notify_one();
                 }
@@ -210,6 +210,8 @@ impl Drop for Ticket {
 mod tests {
     use super::*;
 
+    const EVICT_MIN_AGE: Duration = Duration::from_millis(20);
+
     fn limits(max: usize, per_peer: usize) -> ConnLimits {
         ConnLimits {
             max_connections: max,
@@ -220,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_peer_over_its_share_is_refused_while_its_connections_are_young() {
-        let gate = Gate::new(&limits(10, 2));
+        let gate = Gate::new(&limits(10, 2), EVICT_MIN_AGE);
         let a = PeerKey::Uid(1);
         let _t1 = gate.admit(a.clone()).unwrap();
         let _t2 = gate.admit(a.clone()).unwrap();
@@ -231,7 +233,7 @@ mod tests {
 
     #[test]
     fn the_oldest_silent_connection_makes_room_and_busy_ones_do_not() {
-        let gate = Gate::new(&limits(10, 2));
+        let gate = Gate::new(&limits(10, 2), EVICT_MIN_AGE);
         let a = PeerKey::Uid(1);
         let t1 = gate.admit(a.clone()).unwrap();
         let t2 = gate.admit(a.clone()).unwrap();
@@ -265,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_full_listener_evicts_across_peers() {
-        let gate = Gate::new(&limits(2, 2));
+        let gate = Gate::new(&limits(2, 2), EVICT_MIN_AGE);
         let _t1 = gate.admit(PeerKey::Uid(1)).unwrap();
         let _t2 = gate.admit(PeerKey::Uid(2)).unwrap();
         assert!(gate.admit(PeerKey::Uid(3)).is_none());

@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -31,6 +32,9 @@ pub(super) trait Listen: Send + Sync + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// What each request of the connection carries in its extensions.
     type Peer: Clone + Send + Sync + 'static;
+    /// A connection still waiting for its first head is closed to make room only once it is
+    /// this old.
+    const EVICT_MIN_AGE: Duration;
 
     /// The next connection and whom it counts against; errors are logged and retried.
     fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Raw, PeerKey)>> + Send;
@@ -54,7 +58,7 @@ pub(super) async fn serve<L: Listen>(
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let listen = Arc::new(listen);
-    let gate = Gate::new(&limits);
+    let gate = Gate::new(&limits, L::EVICT_MIN_AGE);
     let limits = Arc::new(limits);
     let mut conns = JoinSet::new();
     let mut stop = shutdown.clone();
@@ -69,7 +73,7 @@ pub(super) async fn serve<L: Listen>(
             Err(e) => {
                 tracing::warn!(error = %e, "accepting a REST connection failed");
                 // Out of file descriptors and the like: do not spin.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };

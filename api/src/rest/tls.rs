@@ -219,6 +219,8 @@ impl Listen for TlsListener {
     type Raw = (TcpStream, SocketAddr);
     type Io = TlsStream<TcpStream>;
     type Peer = ConnectInfo<TlsPeer>;
+    // A handshake takes a few round trips: a client is not evicted in the middle of them.
+    const EVICT_MIN_AGE: Duration = Duration::from_millis(50);
 
     async fn accept(&self) -> std::io::Result<((TcpStream, SocketAddr), PeerKey)> {
         let (stream, addr) = self.inner.accept().await?;

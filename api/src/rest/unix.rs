@@ -30,6 +30,9 @@ impl Listen for PeerListener {
     type Raw = (UnixStream, Caller);
     type Io = UnixStream;
     type Peer = Caller;
+    // A local client writes its head as soon as it connects: a connection that has sent none
+    // by the time a newcomer needs its place is the silent one.
+    const EVICT_MIN_AGE: Duration = Duration::ZERO;
 
     async fn accept(&self) -> std::io::Result<((UnixStream, Caller), PeerKey)> {
         loop {

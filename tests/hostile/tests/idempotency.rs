@@ -34,14 +34,13 @@ fn a_reused_key_with_another_request_is_refused_and_concurrent_retries_make_one_
         let socket = socket.clone();
         std::thread::spawn(move || probe::run(&socket, 150))
     };
+    // Keys belong to a consumer: another consumer's same key is another request altogether.
     let others = [
-        json!({"consumer": "tenant-b", "request": {"type": "1g.10gb", "count": 1}}),
         json!({"consumer": "tenant-a", "request": {"type": "3g.40gb", "count": 1}}),
         json!({"consumer": "tenant-a", "request": {"type": "1g.10gb", "count": 2}}),
-        json!({"consumer": "tenant-a", "vm": "other-vm", "request": {"type": "1g.10gb", "count": 1}}),
     ];
     let mut misuse = 0;
-    for _ in 0..10 {
+    for _ in 0..15 {
         for other in &others {
             let a = http::call(
                 &socket,
@@ -95,6 +94,9 @@ fn a_reused_key_with_another_request_is_refused_and_concurrent_retries_make_one_
         .unwrap();
     assert_eq!(ids.len(), 1, "concurrent same-key requests made {ids:?}");
     assert_eq!(count(&d), 2, "one allocation per key");
+    let b = json!({"consumer": "tenant-b", "request": {"type": "1g.10gb", "count": 1}});
+    let theirs = http::call(&socket, "POST", "/v1/allocations", Some("key-1"), Some(&b)).unwrap();
+    assert_eq!(theirs.status, 201, "keys are per consumer: {}", theirs.body);
     let still = d.get(&format!("/v1/allocations/{id}")).unwrap();
     assert_eq!(still["consumer"], "tenant-a");
 }
