@@ -168,6 +168,8 @@ fn self_signed_cert(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
         .arg("ec_paramgen_curve:prime256v1")
         .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
         .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        // A leaf, not a CA: webpki (the rustls attackers) refuses a CA certificate as a server.
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")

@@ -46,14 +46,28 @@ pub struct Figures {
     pub max: Duration,
 }
 
+/// Failures in a row after which a run gives up (a daemon that stopped answering would
+/// otherwise cost `REQUEST_TIMEOUT` per request).
+const GIVE_UP_AFTER: usize = 5;
+
 /// `n` well-behaved requests in a row.
 pub fn run(socket: &Path, n: usize) -> Figures {
     let mut times = Vec::with_capacity(n);
     let mut failures = Vec::new();
+    let mut in_a_row = 0;
     for _ in 0..n {
         match healthz(socket) {
-            Ok(t) => times.push(t),
-            Err(e) => failures.push(format!("{e:#}")),
+            Ok(t) => {
+                times.push(t);
+                in_a_row = 0;
+            }
+            Err(e) => {
+                failures.push(format!("{e:#}"));
+                in_a_row += 1;
+                if in_a_row == GIVE_UP_AFTER {
+                    break;
+                }
+            }
         }
         std::thread::sleep(SPACING);
     }

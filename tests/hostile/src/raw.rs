@@ -20,6 +20,43 @@ pub fn silent_tcp(port: u16, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
+/// `n` TLS connections to `port` on loopback that finish their handshake (trusting `cert`) and
+/// then say nothing; those the daemon closes or refuses are skipped.
+pub fn silent_tls(port: u16, cert: &Path, n: usize) -> anyhow::Result<Vec<TlsConn>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(cert)? {
+        roots.add(c?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let config = std::sync::Arc::new(config);
+    let name = ServerName::try_from("127.0.0.1")?;
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let Ok(mut tcp) = TcpStream::connect(("127.0.0.1", port)) else {
+            continue;
+        };
+        tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let mut tls = rustls::ClientConnection::new(config.clone(), name.clone())?;
+        let mut ok = true;
+        while tls.is_handshaking() && ok {
+            ok = tls.complete_io(&mut tcp).is_ok();
+        }
+        if ok {
+            held.push((tls, tcp));
+        }
+    }
+    Ok(held)
+}
+
+/// A client TLS connection and its socket.
+pub type TlsConn = (rustls::ClientConnection, TcpStream);
+
 /// What a connection saw within `wait`: the bytes it got and whether the daemon closed it.
 #[derive(Debug)]
 pub struct Seen {

@@ -40,6 +40,14 @@ fn a_flood_of_silent_unix_connections_leaves_the_socket_serving() {
 }
 
 #[test]
+fn a_flood_of_silent_tcp_connections_to_the_tls_port_leaves_the_socket_serving() {
+    check_flood("TCP (no handshake)", |d| raw::silent_tcp(d.tls_port, FLOOD));
+}
+
+#[test]
 fn a_flood_of_silent_tls_connections_leaves_the_socket_serving() {
-    check_flood("TCP/TLS", |d| raw::silent_tcp(d.tls_port, FLOOD));
+    // Handshake done, then nothing: before any authentication, which comes with a request.
+    check_flood("TLS (handshake done)", |d| {
+        raw::silent_tls(d.tls_port, &d.cert(), FLOOD).unwrap()
+    });
 }
