@@ -1,6 +1,9 @@
 //! Idempotency misuse: the same `Idempotency-Key` with another request is a `409`, and many
 //! concurrent requests with one key make one allocation, while the well-behaved client is served.
 
+// Helpers outside #[test] functions fail the test on any error, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use serde_json::{Value, json};
 use torture::http;
 

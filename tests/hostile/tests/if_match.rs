@@ -1,6 +1,9 @@
 //! If-Match misuse on `PUT /v1/layouts`: a stale or made-up ETag is a `412` naming the current
 //! one, a header that is not text a `400`; the declared layouts do not change.
 
+// Helpers outside #[test] functions fail the test on any error, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use hostile::daemon::Daemon;

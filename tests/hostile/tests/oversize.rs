@@ -2,6 +2,9 @@
 //! any of the body is sent; a 10,000-byte path, 200 headers, a bad `Content-Length` and
 //! HTTP/0.9 get the documented JSON error body (not hyper's empty one), quickly.
 
+// Helpers outside #[test] functions fail the test on any error, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use hostile::daemon::Daemon;

@@ -3,6 +3,9 @@
 //! (the first head within `header_read_timeout_ms`, a body within `body_read_timeout_ms`, with
 //! a `408` JSON answer when a partial request came), while serving a well-behaved client.
 
+// Helpers outside #[test] functions fail the test on any error, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};

@@ -2,6 +2,9 @@
 //! while events keep coming (allocations made and released). The daemon keeps serving and its
 //! memory stays bounded.
 
+// Helpers outside #[test] functions fail the test on any error, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 

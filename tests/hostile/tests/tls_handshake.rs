@@ -3,6 +3,9 @@
 //! another: a real TLS client (curl) still completes its handshake at once, and the unix socket
 //! keeps serving.
 
+// Helpers outside #[test] functions fail the test on any error, like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
