@@ -114,7 +114,10 @@ impl Figures {
     }
 }
 
-/// Milliseconds with a fraction.
+/// Milliseconds with a fraction (NaN when no request was answered at all).
 pub fn ms(d: Duration) -> f64 {
+    if d == Duration::MAX {
+        return f64::NAN;
+    }
     d.as_secs_f64() * 1000.0
 }
