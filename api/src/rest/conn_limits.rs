@@ -221,6 +221,12 @@ mod tests {
     }
 
     #[test]
+    fn the_config_defaults_are_the_library_defaults() {
+        let from_config = ConnLimits::from(&agent::config::ApiConfig::default());
+        assert_eq!(from_config, ConnLimits::default());
+    }
+
+    #[test]
     fn a_peer_over_its_share_is_refused_while_its_connections_are_young() {
         let gate = Gate::new(&limits(10, 2), EVICT_MIN_AGE);
         let a = PeerKey::Uid(1);
