@@ -74,6 +74,18 @@ pub struct ApiConfig {
     pub socket_mode: String,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
+    /// Longest a new connection may take to send its first request head, ms.
+    pub header_read_timeout_ms: u64,
+    /// Longest a request body may take to arrive, ms.
+    pub body_read_timeout_ms: u64,
+    /// Longest a kept-alive connection may wait for its next request, ms.
+    pub idle_timeout_ms: u64,
+    /// Longest a TLS handshake may take, ms.
+    pub tls_handshake_timeout_ms: u64,
+    /// Connections one listener holds at once.
+    pub max_connections: usize,
+    /// Connections one peer (uid on the socket, IP address over TCP) holds at once.
+    pub max_connections_per_peer: usize,
     /// Optional TCP listener; TLS is mandatory there.
     pub tcp: Option<TcpConfig>,
 }
@@ -171,6 +183,12 @@ impl Default for ApiConfig {
             socket_group: "vgpud".to_owned(),
             socket_mode: "0660".to_owned(),
             max_body_bytes: 1 << 20,
+            header_read_timeout_ms: 5_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            tls_handshake_timeout_ms: 5_000,
+            max_connections: 512,
+            max_connections_per_peer: 64,
             tcp: None,
         }
     }
@@ -308,6 +326,7 @@ impl Config {
                 "must be 1 KiB to 64 MiB".into(),
             ));
         }
+        validate_transport(&self.api).map_err(|(key, reason)| invalid(key, reason))?;
         if !["strict", "preferred", "restrictive"].contains(&self.libvirt.memory_mode.as_str()) {
             return Err(invalid(
                 "libvirt.memory_mode",
@@ -343,6 +362,32 @@ impl Config {
             Err(_) => Err(format!("{mode:?} is not an octal mode such as 0660")),
         }
     }
+}
+
+/// The REST transport's timeouts and connection caps: a zero would make the daemon refuse
+/// everyone; a huge one would disarm the limit.
+fn validate_transport(api: &ApiConfig) -> Result<(), (&'static str, String)> {
+    let timeouts = [
+        ("api.header_read_timeout_ms", api.header_read_timeout_ms),
+        ("api.body_read_timeout_ms", api.body_read_timeout_ms),
+        ("api.idle_timeout_ms", api.idle_timeout_ms),
+        ("api.tls_handshake_timeout_ms", api.tls_handshake_timeout_ms),
+    ];
+    for (key, ms) in timeouts {
+        if !(100..=600_000).contains(&ms) {
+            return Err((key, "must be 100 to 600000".into()));
+        }
+    }
+    if !(1..=65_536).contains(&api.max_connections) {
+        return Err(("api.max_connections", "must be 1 to 65536".into()));
+    }
+    if !(1..=api.max_connections).contains(&api.max_connections_per_peer) {
+        return Err((
+            "api.max_connections_per_peer",
+            format!("must be 1 to api.max_connections ({})", api.max_connections),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_tcp(tcp: &TcpConfig) -> Result<(), (&'static str, String)> {
@@ -456,6 +501,28 @@ mod tests {
             ("[api]\nsocket_mode = \"0662\"", "api.socket_mode"),
             ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
             ("[libvirt]\ncall_timeout_ms = 0", "libvirt.call_timeout_ms"),
+            (
+                "[api]\nheader_read_timeout_ms = 0",
+                "api.header_read_timeout_ms",
+            ),
+            (
+                "[api]\nbody_read_timeout_ms = 99",
+                "api.body_read_timeout_ms",
+            ),
+            ("[api]\nidle_timeout_ms = 600001", "api.idle_timeout_ms"),
+            (
+                "[api]\ntls_handshake_timeout_ms = 0",
+                "api.tls_handshake_timeout_ms",
+            ),
+            ("[api]\nmax_connections = 0", "api.max_connections"),
+            (
+                "[api]\nmax_connections = 10\nmax_connections_per_peer = 11",
+                "api.max_connections_per_peer",
+            ),
+            (
+                "[api]\nmax_connections_per_peer = 0",
+                "api.max_connections_per_peer",
+            ),
             (
                 "[api.tcp]\nlisten = \"0.0.0.0:8443\"\ncert = \"/c\"\nkey = \"/k\"",
                 "api.tcp",

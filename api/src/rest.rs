@@ -15,12 +15,16 @@
 //! restart, which is fine because the outcome itself (the layout status) is kept by the engine.
 
 mod auth;
+mod body;
+mod conn_limits;
 mod extract;
+mod head;
 mod import;
 mod metrics;
 mod openapi;
 mod operations;
 mod routes;
+mod serve;
 mod tls;
 mod unix;
 
@@ -30,10 +34,11 @@ use agent::service::Service;
 use axum::Router;
 
 pub use auth::{Caller, Credentials, TokenFile, reload_token_files, subject_matches};
+pub use conn_limits::ConnLimits;
 pub use metrics::metrics_router;
 pub use openapi::{OPENAPI_PATH, openapi, openapi_json};
-pub use tls::{TlsOptions, serve_tls, serve_tls_listener};
-pub use unix::serve_unix;
+pub use tls::{TlsOptions, serve_tls, serve_tls_listener, serve_tls_listener_limited};
+pub use unix::{serve_unix, serve_unix_limited};
 
 /// Options of the REST router.
 #[derive(Debug, Clone)]

@@ -77,12 +77,15 @@ pub async fn spawn_unix(
     let path = config.api.socket.clone();
     check_socket_path(&path)?;
     let mode = config.api_mode().map_err(anyhow::Error::msg)?;
+    let limits = api::rest::ConnLimits::from(&config.api);
     let task = tasks.spawn({
         let path = path.clone();
         async move {
-            let served = api::rest::serve_unix(router, &path, mode, group.as_deref(), shutdown)
-                .await
-                .map_err(anyhow::Error::from);
+            let group = group.as_deref();
+            let served =
+                api::rest::serve_unix_limited(router, &path, mode, group, limits, shutdown)
+                    .await
+                    .map_err(anyhow::Error::from);
             ("REST API socket", served)
         }
     });
@@ -122,10 +125,12 @@ pub async fn spawn_tls(
         .await
         .with_context(|| format!("listening on {} (api.tcp.listen)", tcp.listen))?;
     let options = api::rest::TlsOptions::from(tcp);
+    let limits = api::rest::ConnLimits::from(&config.api);
     tasks.spawn(async move {
-        let served = api::rest::serve_tls_listener(router, listener, options, shutdown)
-            .await
-            .map_err(anyhow::Error::from);
+        let served =
+            api::rest::serve_tls_listener_limited(router, listener, options, limits, shutdown)
+                .await
+                .map_err(anyhow::Error::from);
         ("TLS listener", served)
     });
     Ok(())

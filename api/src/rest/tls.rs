@@ -12,21 +12,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::serve::{IncomingStream, Listener};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::auth::{self, Credentials, TlsPeer, TokenFile};
+use super::conn_limits::{ConnLimits, PeerKey};
+use super::serve::{Listen, serve};
 use super::unix::serve_with_grace;
 use crate::error::ApiError;
 
@@ -58,11 +57,6 @@ impl From<&agent::config::TcpConfig> for TlsOptions {
     }
 }
 
-/// Longest a client may take to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; more wait for their turn in the kernel's backlog.
-const MAX_HANDSHAKES: usize = 128;
-
 /// Serves `router` over TLS on `addr` until `shutdown` resolves.
 pub async fn serve_tls(
     router: Router,
@@ -83,23 +77,34 @@ pub async fn serve_tls_listener(
     options: TlsOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
+    serve_tls_listener_limited(router, listener, options, ConnLimits::default(), shutdown).await
+}
+
+/// [`serve_tls_listener`] with the transport limits `limits`.
+pub async fn serve_tls_listener_limited(
+    router: Router,
+    listener: TcpListener,
+    options: TlsOptions,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
     let (config, credentials) = load(&options)?;
     let local = listener
         .local_addr()
         .map_err(|e| ApiError::listener("reading the listener's address".into(), e))?;
     tracing::info!(%local, certificates = credentials.certificates, tokens = credentials.tokens.is_some(), "REST API listening (TLS)");
     let credentials = Arc::new(credentials);
-    let app = router
-        .layer(middleware::from_fn(move |info, req, next| {
-            authenticate(credentials.clone(), info, req, next)
-        }))
-        .into_make_service_with_connect_info::<TlsPeer>();
-    let tls = TlsListener::start(listener, TlsAcceptor::from(Arc::new(config)), local);
-    serve_with_grace(shutdown, move |signal| async move {
-        axum::serve(tls, app).with_graceful_shutdown(signal).await
-    })
-    .await
-    .map_err(|e| ApiError::listener(format!("serving on {local}"), e))
+    let app = router.layer(middleware::from_fn(move |info, req, next| {
+        authenticate(credentials.clone(), info, req, next)
+    }));
+    let tls = TlsListener {
+        inner: listener,
+        acceptor: TlsAcceptor::from(Arc::new(config)),
+        handshake_timeout: limits.tls_handshake_timeout,
+    };
+    serve_with_grace(shutdown, move |signal| serve(tls, app, limits, signal))
+        .await
+        .map_err(|e| ApiError::listener(format!("serving on {local}"), e))
 }
 
 fn load(options: &TlsOptions) -> Result<(rustls::ServerConfig, Credentials), ApiError> {
@@ -202,51 +207,46 @@ async fn authenticate(
     }
 }
 
-/// Accepts TCP connections and completes TLS handshakes off the accept path, so one slow client
-/// does not hold up the others.
+/// The TLS listener: each peer counts against its IP address; handshakes run in each
+/// connection's own task under their own deadline, so one slow client holds up nobody else.
 struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, TlsPeer)>,
-    local: SocketAddr,
+    inner: TcpListener,
+    acceptor: TlsAcceptor,
+    handshake_timeout: Duration,
 }
 
-impl TlsListener {
-    fn start(listener: TcpListener, acceptor: TlsAcceptor, local: SocketAddr) -> Self {
-        let (tx, ready) = mpsc::channel(MAX_HANDSHAKES);
-        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-        tokio::spawn(async move {
-            loop {
-                let (stream, addr) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting on the TLS listener failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    return;
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(stream, addr, acceptor))
-                        .await
-                    {
-                        Ok(Ok(conn)) => {
-                            let _ = tx.send(conn).await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(peer = %addr, error = %e, "TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
-                    }
-                });
+impl Listen for TlsListener {
+    type Raw = (TcpStream, SocketAddr);
+    type Io = TlsStream<TcpStream>;
+    type Peer = ConnectInfo<TlsPeer>;
+    // A handshake takes a few round trips: a client is not evicted in the middle of them.
+    const EVICT_MIN_AGE: Duration = Duration::from_millis(50);
+
+    async fn accept(&self) -> std::io::Result<((TcpStream, SocketAddr), PeerKey)> {
+        let (stream, addr) = self.inner.accept().await?;
+        Ok(((stream, addr), PeerKey::Ip(addr.ip())))
+    }
+
+    async fn open(
+        &self,
+        (stream, addr): (TcpStream, SocketAddr),
+    ) -> std::io::Result<(TlsStream<TcpStream>, ConnectInfo<TlsPeer>)> {
+        let handshake = handshake(stream, addr, self.acceptor.clone());
+        match tokio::time::timeout(self.handshake_timeout, handshake).await {
+            Ok(Ok((tls, peer))) => Ok((tls, ConnectInfo(peer))),
+            Ok(Err(e)) => {
+                tracing::debug!(peer = %addr, error = %e, "TLS handshake failed");
+                Err(e)
             }
-        });
-        TlsListener { ready, local }
+            Err(_) => {
+                tracing::debug!(peer = %addr, "TLS handshake timed out");
+                Err(std::io::Error::from(std::io::ErrorKind::TimedOut))
+            }
+        }
+    }
+
+    fn refuse(&self, _raw: (TcpStream, SocketAddr)) {
+        // Nothing can be said before a handshake: the connection is closed at once.
     }
 }
 
@@ -309,30 +309,4 @@ fn subject_of(der: &[u8]) -> Option<(Vec<(String, String)>, String)> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-impl Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = TlsPeer;
-
-    async fn accept(&mut self) -> (Self::Io, TlsPeer) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The acceptor task ended: nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<TlsPeer> {
-        Ok(TlsPeer {
-            addr: self.local,
-            subject: None,
-        })
-    }
-}
-
-impl Connected<IncomingStream<'_, TlsListener>> for TlsPeer {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        stream.remote_addr().clone()
-    }
 }

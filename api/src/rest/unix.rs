@@ -7,75 +7,66 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Request};
-use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::serve::{IncomingStream, Listener};
+use axum::http::StatusCode;
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
 
 use super::auth::Caller;
+use super::conn_limits::{ConnLimits, PeerKey};
+use super::head::Refusal;
+use super::serve::{Listen, serve};
 use crate::error::ApiError;
 
 /// How long requests in flight may take to finish after shutdown was asked for. Event streams
 /// never finish by themselves; they are cut after this.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// A unix listener that reports each peer's credentials as its address.
+/// The unix listener: each peer counts against its uid and carries its credentials.
 struct PeerListener {
     inner: UnixListener,
 }
 
-impl Listener for PeerListener {
+impl Listen for PeerListener {
+    type Raw = (UnixStream, Caller);
     type Io = UnixStream;
-    type Addr = Caller;
+    type Peer = Caller;
+    // A local client writes its head as soon as it connects: a connection that has sent none
+    // by the time a newcomer needs its place is the silent one.
+    const EVICT_MIN_AGE: Duration = Duration::ZERO;
 
-    async fn accept(&mut self) -> (UnixStream, Caller) {
+    async fn accept(&self) -> std::io::Result<((UnixStream, Caller), PeerKey)> {
         loop {
-            match self.inner.accept().await {
-                Ok((stream, _)) => match stream.peer_cred() {
-                    Ok(cred) => {
-                        let caller = Caller::Unix {
-                            uid: cred.uid(),
-                            gid: cred.gid(),
-                            pid: cred.pid(),
-                        };
-                        tracing::debug!(%caller, "API connection");
-                        return (stream, caller);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "API connection without peer credentials dropped")
-                    }
-                },
+            let (stream, _) = self.inner.accept().await?;
+            match stream.peer_cred() {
+                Ok(cred) => {
+                    let caller = Caller::Unix {
+                        uid: cred.uid(),
+                        gid: cred.gid(),
+                        pid: cred.pid(),
+                    };
+                    tracing::debug!(%caller, "API connection");
+                    return Ok(((stream, caller), PeerKey::Uid(cred.uid())));
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "accepting on the API socket failed");
-                    // Out of file descriptors and the like: do not spin.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tracing::warn!(error = %e, "API connection without peer credentials dropped")
                 }
             }
         }
     }
 
-    fn local_addr(&self) -> std::io::Result<Caller> {
-        Ok(Caller::Local {
-            what: "unix socket".into(),
-        })
+    async fn open(&self, raw: (UnixStream, Caller)) -> std::io::Result<(UnixStream, Caller)> {
+        Ok(raw)
     }
-}
 
-impl Connected<IncomingStream<'_, PeerListener>> for Caller {
-    fn connect_info(stream: IncomingStream<'_, PeerListener>) -> Self {
-        stream.remote_addr().clone()
+    fn refuse(&self, (stream, _): (UnixStream, Caller)) {
+        // One try, never a wait: a peer that floods the socket does not read anyway.
+        let refusal = Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many connections: try again later",
+        );
+        let _ = stream.try_write(&refusal.to_bytes());
     }
-}
-
-async fn attach_caller(
-    ConnectInfo(caller): ConnectInfo<Caller>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    req.extensions_mut().insert(caller);
-    next.run(req).await
 }
 
 /// Serves `router` on a unix socket at `socket` with permission bits `mode` (e.g. `0o660`) and
@@ -92,15 +83,22 @@ pub async fn serve_unix(
     group: Option<&str>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ApiError> {
+    serve_unix_limited(router, socket, mode, group, ConnLimits::default(), shutdown).await
+}
+
+/// [`serve_unix`] with the transport limits `limits`.
+pub async fn serve_unix_limited(
+    router: Router,
+    socket: &Path,
+    mode: u32,
+    group: Option<&str>,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
     let listener = bind(socket, mode, group).await?;
     tracing::info!(socket = %socket.display(), mode = format!("{mode:04o}"), group, "REST API listening");
-    let app = router
-        .layer(middleware::from_fn(attach_caller))
-        .into_make_service_with_connect_info::<Caller>();
-    let result = serve_with_grace(shutdown, move |signal| async move {
-        axum::serve(PeerListener { inner: listener }, app)
-            .with_graceful_shutdown(signal)
-            .await
+    let result = serve_with_grace(shutdown, move |signal| {
+        serve(PeerListener { inner: listener }, router, limits, signal)
     })
     .await;
     if let Err(e) = std::fs::remove_file(socket) {
@@ -109,27 +107,24 @@ pub async fn serve_unix(
     result.map_err(|e| ApiError::listener(format!("serving on {}", socket.display()), e))
 }
 
-/// Runs a server until `shutdown`, then gives it [`SHUTDOWN_GRACE`] to finish gracefully.
+/// Runs a server until `shutdown`, then gives it [`SHUTDOWN_GRACE`] to finish gracefully: the
+/// server is handed a flag that turns true at shutdown, and is dropped after the grace.
 pub(super) async fn serve_with_grace<F, Fut>(
     shutdown: impl Future<Output = ()> + Send + 'static,
     server: F,
 ) -> std::io::Result<()>
 where
-    F: FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    F: FnOnce(watch::Receiver<bool>) -> Fut,
     Fut: Future<Output = std::io::Result<()>>,
 {
-    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         let _ = tx.send(true);
     });
-    let mut graceful = rx.clone();
-    let signal = Box::pin(async move {
-        let _ = graceful.wait_for(|v| *v).await;
-    });
-    let mut deadline = rx;
+    let mut deadline = rx.clone();
     tokio::select! {
-        r = server(signal) => r,
+        r = server(rx) => r,
         _ = async move {
             let _ = deadline.wait_for(|v| *v).await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
