@@ -42,6 +42,10 @@ pub struct Counts {
     pub unanswered: u64,
     /// D-Bus reads answered.
     pub dbus_reads: u64,
+    /// Allocations acknowledged over the whole run (201, or the same id again on a retry).
+    pub allocations_acked: u64,
+    /// Releases acknowledged over the whole run.
+    pub releases_acked: u64,
 }
 
 /// Every client's records.
@@ -71,7 +75,10 @@ impl Ledger {
                 self.violations
                     .push(format!("key {key}: answered {id} after {old}"));
             }
-            AllocState::Unanswered | AllocState::Refused => rec.state = AllocState::Acked(id),
+            AllocState::Unanswered | AllocState::Refused => {
+                rec.state = AllocState::Acked(id);
+                self.counts.allocations_acked += 1;
+            }
             _ => {}
         }
     }

@@ -287,6 +287,7 @@ fn release(shared: &Shared, socket: &Path, rec: &AllocRecord) {
             return;
         }
     }
+    l.counts.releases_acked += 1;
     if let Some(r) = l.allocations.get_mut(&rec.key) {
         r.state = AllocState::Released(id.clone());
     }

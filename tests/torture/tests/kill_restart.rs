@@ -27,13 +27,15 @@ fn run(profile: &str, types: &[&str], seed_offset: u64) {
     let report = torture(dir.path(), &cfg).unwrap();
     println!(
         "torture {profile}: {} kills, {} operations answered, {} unanswered, {} D-Bus reads, \
-         {} allocation requests, {} acknowledged, {} resolved by retry, {} violations, {:.1} s \
-         (mean start {:.2} s)",
+         {} allocation requests, {} allocations and {} releases acknowledged, {} held at the \
+         end, {} resolved by retry, {} violations, {:.1} s (mean start {:.2} s)",
         report.kills,
         report.counts.answered,
         report.counts.unanswered,
         report.counts.dbus_reads,
         report.allocation_requests,
+        report.counts.allocations_acked,
+        report.counts.releases_acked,
         report.acknowledged,
         report.resolved_by_retry,
         report.violations.len(),
@@ -44,6 +46,10 @@ fn run(profile: &str, types: &[&str], seed_offset: u64) {
     assert!(
         report.counts.answered > u64::from(report.kills),
         "the clients did work: {report:?}"
+    );
+    assert!(
+        report.counts.allocations_acked > 0 && report.counts.releases_acked > 0,
+        "allocations and releases were acknowledged: {report:?}"
     );
     assert!(
         report.counts.unanswered > 0,
