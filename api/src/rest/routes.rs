@@ -130,6 +130,7 @@ async fn get_gpu(
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "The connection carries no identity", body = ErrorBody),
         (status = 404, description = "No such GPU", body = ErrorBody),
+        (status = 409, description = "The named GPU is passed through whole and carries no slices", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid, or no GPU offers the type", body = ErrorBody),
