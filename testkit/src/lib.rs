@@ -4,6 +4,7 @@
 //!   [`engine`], [`service`]);
 //! - engine test helpers in short form ([`engine`](mod@engine) module, re-exported here);
 //! - the REST router served on a unix socket ([`RestServer`]);
+//! - a self-signed certificate and owner-only secrets for TLS listeners ([`tls`]);
 //! - the `engine-crash-child` binary the crash tests kill at random points.
 //!
 //! Test helpers panic on failure: a set-up that cannot be made is a failed test.
@@ -12,6 +13,7 @@
 pub mod engine;
 mod rest;
 mod sim_host;
+pub mod tls;
 
 pub use engine::*;
 pub use hostwire::sim_access;

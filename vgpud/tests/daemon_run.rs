@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use testkit::tls::{self_signed_cert, write_secret};
+
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A daemon started by a test, in its own directory.
@@ -525,38 +527,6 @@ fn curl_status(args: &[&str]) -> String {
         .output()
         .unwrap();
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// Writes a file only its owner may read, as vgpud wants for keys and tokens.
-fn write_secret(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
-
-/// A self-signed certificate for 127.0.0.1 and its key, made by openssl in `dir`.
-fn self_signed_cert(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(made.success(), "openssl req");
-    (cert, key)
 }
 
 #[test]

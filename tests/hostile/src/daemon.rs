@@ -29,10 +29,9 @@ impl Daemon {
     /// Starts the daemon with `extra` appended to the `[api]` section of its config.
     pub fn start(extra_api: &str) -> anyhow::Result<Daemon> {
         let dir = tempfile::tempdir()?;
-        let (cert, key) = self_signed_cert(dir.path())?;
+        let (cert, key) = testkit::tls::self_signed_cert(dir.path());
         let tokens = dir.path().join("tokens");
-        std::fs::write(&tokens, format!("hostile {TOKEN}\n"))?;
-        restrict(&tokens)?;
+        testkit::tls::write_secret(&tokens, &format!("hostile {TOKEN}\n"));
         let tls_port = free_port()?;
         let config = format!(
             "[libvirt]\nuri = \"\"\n\n[api]\n{extra_api}\n\n[api.tcp]\nlisten = \"127.0.0.1:{tls_port}\"\ncert = \"{}\"\nkey = \"{}\"\ntokens_file = \"{}\"\n",
@@ -159,35 +158,6 @@ fn spawn(dir: &Path) -> anyhow::Result<Child> {
         .stderr(std::fs::File::create(dir.join("vgpud.log"))?)
         .spawn()
         .context("spawn prlimit vgpud (is util-linux's prlimit installed?)")
-}
-
-fn self_signed_cert(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        // A leaf, not a CA: webpki (the rustls attackers) refuses a CA certificate as a server.
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .context("openssl req")?;
-    if !made.success() {
-        bail!("openssl req failed");
-    }
-    restrict(&key)?;
-    Ok((cert, key))
-}
-
-fn restrict(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(())
 }
 
 fn free_port() -> anyhow::Result<u16> {
