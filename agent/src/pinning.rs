@@ -350,20 +350,15 @@ impl Pinner {
         devices: Vec<vmpin::Slice>,
         plan: vmpin::PinPlan,
     ) -> Result<vmpin::ApplyReport> {
-        let (hv, undo_hv) = (vm.hv.clone(), vm.hv.clone());
-        let (name, undo_name, key) = (
-            vm.domain.name.clone(),
-            vm.domain.name.clone(),
-            id.to_string(),
-        );
-        let undo_key = key.clone();
-        let applied = self.deadline.run(
+        let (hv, domain, key) = (vm.hv.clone(), vm.domain.name.clone(), id.to_string());
+        // The call hands back what the undo needs, so a late answer can be undone on the worker.
+        let (applied, ..) = self.deadline.run(
             "pinning the VM",
-            move || Ok(hv.apply(&name, &key, &devices, &plan)),
-            move |late| {
+            move || Ok((hv.apply(&domain, &key, &devices, &plan), hv, domain, key)),
+            |(late, hv, domain, key)| {
                 if late.is_ok() {
-                    let undone = undo_hv.release(&undo_name, &undo_key);
-                    tracing::warn!(allocation = %undo_key, domain = %undo_name, undone = undone.is_ok(), "libvirt pinned the VM after the allocation was refused; pinning undone");
+                    let undone = hv.release(&domain, &key);
+                    tracing::warn!(allocation = %key, domain = %domain, undone = undone.is_ok(), "libvirt pinned the VM after the allocation was refused; pinning undone");
                 }
             },
         )?;
