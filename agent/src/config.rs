@@ -112,12 +112,29 @@ pub struct TcpConfig {
 }
 
 /// `[metrics]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Address for `/healthz` and `/metrics` without authentication; none to serve them only on
     /// the API socket.
     pub listen: Option<SocketAddr>,
+    /// How often the telemetry poller reads every GPU (a scrape serves its latest reading).
+    pub poll_interval_ms: u64,
+    /// Utilisation, in percent, under which an allocated slice counts as idle.
+    pub idle_utilization_pct: u32,
+    /// How long an allocated slice must stay under `idle_utilization_pct` to count as idle.
+    pub idle_window_s: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            poll_interval_ms: 5000,
+            idle_utilization_pct: 5,
+            idle_window_s: 3600,
+        }
+    }
 }
 
 /// `[dbus]`.
@@ -342,6 +359,7 @@ impl Config {
         if let Some(tcp) = &self.api.tcp {
             validate_tcp(tcp).map_err(|(key, reason)| invalid(key, reason))?;
         }
+        validate_metrics(&self.metrics).map_err(|(key, reason)| invalid(key, reason))?;
         Ok(())
     }
 
@@ -362,6 +380,24 @@ impl Config {
             Err(_) => Err(format!("{mode:?} is not an octal mode such as 0660")),
         }
     }
+}
+
+/// The telemetry poller's interval and the idle-slice rule: a zero interval would spin, an
+/// hour-long one would leave every gauge an hour stale.
+fn validate_metrics(m: &MetricsConfig) -> Result<(), (&'static str, String)> {
+    if !(100..=600_000).contains(&m.poll_interval_ms) {
+        return Err((
+            "metrics.poll_interval_ms",
+            "must be 100 ms to 10 minutes".into(),
+        ));
+    }
+    if m.idle_utilization_pct > 100 {
+        return Err(("metrics.idle_utilization_pct", "must be 0 to 100".into()));
+    }
+    if !(1..=30 * 86_400).contains(&m.idle_window_s) {
+        return Err(("metrics.idle_window_s", "must be 1 s to 30 days".into()));
+    }
+    Ok(())
 }
 
 /// The REST transport's timeouts and connection caps: a zero would make the daemon refuse

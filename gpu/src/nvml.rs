@@ -256,6 +256,42 @@ pub struct Telemetry {
     pub sm_clock_mhz: u32,
     /// Memory clock, MHz.
     pub mem_clock_mhz: u32,
+    /// Current PCIe link generation (`nvmlDeviceGetCurrPcieLinkGeneration`); 0 when unknown.
+    #[serde(default)]
+    pub pcie_link_gen: u32,
+    /// Current PCIe link width, lanes (`nvmlDeviceGetCurrPcieLinkWidth`); 0 when unknown.
+    #[serde(default)]
+    pub pcie_link_width: u32,
+}
+
+/// What NVML reports about one active vGPU instance on a GPU (`nvmlDeviceGetActiveVgpus`, then
+/// per instance `nvmlVgpuInstanceGetMdevUUID`, `nvmlVgpuInstanceGetGpuInstanceId`,
+/// `nvmlVgpuInstanceGetFbUsage`; utilisation from `nvmlDeviceGetVgpuUtilization`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VgpuUsage {
+    /// NVML's vGPU instance handle (`nvmlVgpuInstance_t`).
+    pub instance: u32,
+    /// The mdev UUID of an mdev-based vGPU; `None` where NVML has none (vendor-specific VFIO).
+    pub mdev_uuid: Option<String>,
+    /// The GPU instance a MIG-backed vGPU lives in; `None` for a time-sliced one.
+    pub gpu_instance_id: Option<u32>,
+    /// Framebuffer the guest uses, bytes.
+    pub fb_used_bytes: u64,
+    /// SM utilisation of the instance over NVML's last sample, percent; `None` when NVML has no
+    /// sample for it yet.
+    pub sm_util_pct: Option<u32>,
+}
+
+/// Memory of one MIG device (`nvmlDeviceGetMigDeviceHandleByIndex`, then
+/// `nvmlDeviceGetGpuInstanceId` and `nvmlDeviceGetMemoryInfo` on the MIG device handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigMemory {
+    /// The GPU instance id.
+    pub gpu_instance_id: u32,
+    /// Framebuffer used, bytes.
+    pub used_bytes: u64,
+    /// Framebuffer of the instance, bytes.
+    pub total_bytes: u64,
 }
 
 /// A vGPU type the GPU supports (`nvmlVgpuTypeGet*`).
@@ -416,6 +452,11 @@ pub trait Nvml: Send + Sync + fmt::Debug {
     ) -> NvmlResult<()>;
     /// Current telemetry.
     fn telemetry(&self, index: u32) -> NvmlResult<Telemetry>;
+    /// Usage of the GPU's active vGPU instances; empty when it has none or the driver has no
+    /// vGPU support.
+    fn vgpu_usage(&self, index: u32) -> NvmlResult<Vec<VgpuUsage>>;
+    /// Memory of each MIG device of the GPU; `NOT_SUPPORTED` with MIG mode off.
+    fn mig_memory(&self, index: u32) -> NvmlResult<Vec<MigMemory>>;
     /// vGPU types the GPU supports; empty on a driver without vGPU.
     fn supported_vgpu_types(&self, index: u32) -> NvmlResult<Vec<VgpuTypeInfo>>;
     /// PCI addresses of GPUs connected to this one by an active NVLink: the far ends of links

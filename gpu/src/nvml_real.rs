@@ -22,8 +22,8 @@ use nvml_wrapper_sys::bindings as sys;
 
 use crate::nvml::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
-    MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
-    VgpuTypeInfo, XidEvent,
+    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement,
+    Telemetry, VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -384,7 +384,78 @@ impl Nvml for NvmlLibrary {
             )?,
             sm_clock_mhz: optional("nvmlDeviceGetClockInfo", device.clock_info(Clock::SM))?,
             mem_clock_mhz: optional("nvmlDeviceGetClockInfo", device.clock_info(Clock::Memory))?,
+            pcie_link_gen: optional(
+                "nvmlDeviceGetCurrPcieLinkGeneration",
+                device.current_pcie_link_gen(),
+            )?,
+            pcie_link_width: optional(
+                "nvmlDeviceGetCurrPcieLinkWidth",
+                device.current_pcie_link_width(),
+            )?,
         })
+    }
+
+    fn vgpu_usage(&self, index: u32) -> NvmlResult<Vec<VgpuUsage>> {
+        let device = self.device(index)?;
+        let handles = match raw::active_vgpus(&device) {
+            // A driver without vGPU has no active instances.
+            Err(e) if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND => {
+                return Ok(Vec::new());
+            }
+            other => other?,
+        };
+        let util = match raw::vgpu_utilization(&device, handles.len()) {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "vGPU utilisation unavailable");
+                Vec::new()
+            }
+        };
+        handles
+            .into_iter()
+            .map(|h| {
+                let vgpu = nvml_wrapper::vgpu::VgpuInstance::new(h, &device);
+                Ok(VgpuUsage {
+                    instance: h,
+                    mdev_uuid: vgpu.mdev_uuid().ok().filter(|u| !u.is_empty()),
+                    gpu_instance_id: vgpu
+                        .gpu_instance_id()
+                        .ok()
+                        // NVML answers INVALID_GPU_INSTANCE_ID (0xFFFFFFFF) for a time-sliced vGPU.
+                        .filter(|id| *id != u32::MAX),
+                    fb_used_bytes: vgpu
+                        .fb_usage()
+                        .map_err(wrap("nvmlVgpuInstanceGetFbUsage"))?,
+                    sm_util_pct: util.iter().find(|(i, _)| *i == h).map(|(_, u)| *u),
+                })
+            })
+            .collect()
+    }
+
+    fn mig_memory(&self, index: u32) -> NvmlResult<Vec<MigMemory>> {
+        let device = self.device(index)?;
+        let count = device
+            .mig_device_count()
+            .map_err(wrap("nvmlDeviceGetMaxMigDeviceCount"))?;
+        let mut out = Vec::new();
+        for i in 0..count {
+            // Indices without a MIG device answer NOT_FOUND or INVALID_ARGUMENT.
+            let mig = match device.mig_device_by_index(i).map_err(wrap("nvmlDeviceGetMigDeviceHandleByIndex")) {
+                Ok(m) => m,
+                Err(e) if e.code == NvmlCode::NOT_FOUND || is_not_applicable(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let memory = mig.memory_info().map_err(wrap("nvmlDeviceGetMemoryInfo"))?;
+            out.push(MigMemory {
+                gpu_instance_id: raw::mig_device_gpu_instance_id(&mig)?,
+                used_bytes: memory.used,
+                total_bytes: memory.total,
+            });
+        }
+        // One MIG device per compute instance: a GPU instance with several is counted once.
+        out.sort_by_key(|m| m.gpu_instance_id);
+        out.dedup_by_key(|m| m.gpu_instance_id);
+        Ok(out)
     }
 
     fn supported_vgpu_types(&self, index: u32) -> NvmlResult<Vec<VgpuTypeInfo>> {

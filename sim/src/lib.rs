@@ -31,6 +31,7 @@ mod state;
 mod store;
 mod sysfs_view;
 mod telemetry;
+mod vgpu_usage;
 mod tree;
 mod util;
 mod vgpu_host;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use gpu::nvml::{NvlinkFabric, fabric_peers};
 use gpu::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
-    MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
-    VgpuTypeInfo, XidEvent,
+    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement,
+    Telemetry, VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 use ids::{PciAddress, PciVendorId, VgpuTypeId};
 
@@ -26,6 +26,7 @@ use crate::mig::{self, MigFamily};
 use crate::profile::GpuModel;
 use crate::state::{CiState, GiState, GpuState, Hw, State};
 use crate::telemetry;
+use crate::vgpu_usage as vgpu;
 use crate::util::derived_uuid;
 
 /// The simulated host's NVML.
@@ -64,6 +65,21 @@ mod calls {
         "nvmlDeviceGetPowerUsage",
         "nvmlDeviceGetTotalEnergyConsumption",
         "nvmlDeviceGetClockInfo",
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+    ];
+    pub const VGPU_USAGE: &[&str] = &[
+        "nvmlDeviceGetActiveVgpus",
+        "nvmlVgpuInstanceGetMdevUUID",
+        "nvmlVgpuInstanceGetGpuInstanceId",
+        "nvmlVgpuInstanceGetFbUsage",
+        "nvmlDeviceGetVgpuUtilization",
+    ];
+    pub const MIG_MEMORY: &[&str] = &[
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetMemoryInfo",
     ];
     pub const VGPU_TYPES: &[&str] = &["nvmlDeviceGetSupportedVgpus"];
     pub const NVLINK: &[&str] = &[
@@ -531,6 +547,23 @@ impl Nvml for SimNvml {
             let t = &mut gpu_state_mut(st, addr)?.telemetry;
             telemetry::step(t, seed, addr, &model);
             Ok(telemetry::sample(t, &model, used))
+        })
+    }
+
+    fn vgpu_usage(&self, index: u32) -> NvmlResult<Vec<VgpuUsage>> {
+        self.look(calls::VGPU_USAGE, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            Ok(vgpu::active(st, g.addr, g.model))
+        })
+    }
+
+    fn mig_memory(&self, index: u32) -> NvmlResult<Vec<MigMemory>> {
+        self.look(calls::MIG_MEMORY, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            mig_on(st, &g)?;
+            let gis = st.gpus.get(&g.addr).map(|x| x.gis.as_slice()).unwrap_or(&[]);
+            let util = st.gpus.get(&g.addr).map_or(0, |x| x.telemetry.gpu_util);
+            Ok(gis.iter().map(|gi| vgpu::mig_memory(gi, util)).collect())
         })
     }
 

@@ -49,5 +49,40 @@ pub(crate) fn sample(t: &TelemetryState, model: &GpuModel, fb_used_mib: u64) -> 
         energy_mj: t.energy_mj,
         sm_clock_mhz: model.sm_clock_mhz * (60 + 40 * t.gpu_util / 100) / 100,
         mem_clock_mhz: model.mem_clock_mhz,
+        pcie_link_gen: link_generation(&model.link_speed),
+        pcie_link_width: model.link_width,
+    }
+}
+
+/// The PCIe generation of a sysfs `current_link_speed` (`16.0 GT/s PCIe`): 2.5, 5, 8, 16, 32 and
+/// 64 GT/s are generations 1 to 6 (PCI-SIG base specification, per generation's data rate);
+/// NVML reports the same number (`nvmlDeviceGetCurrPcieLinkGeneration`). 0 when unknown.
+fn link_generation(speed: &str) -> u32 {
+    let rate: f64 = speed
+        .split_whitespace()
+        .next()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0.0);
+    match rate {
+        r if r >= 64.0 => 6,
+        r if r >= 32.0 => 5,
+        r if r >= 16.0 => 4,
+        r if r >= 8.0 => 3,
+        r if r >= 5.0 => 2,
+        r if r >= 2.5 => 1,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_generation;
+
+    #[test]
+    fn link_speeds_name_their_generation() {
+        assert_eq!(link_generation("16.0 GT/s PCIe"), 4);
+        assert_eq!(link_generation("32.0 GT/s PCIe"), 5);
+        assert_eq!(link_generation("2.5 GT/s PCIe"), 1);
+        assert_eq!(link_generation("Unknown"), 0);
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use gpu::{
     AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, ComputeInstance, ComputeInstanceProfile,
-    DeviceInfo, GpuInstance, GpuInstanceProfile, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult,
-    PartitionState, Placement, Telemetry, VfCount, VgpuTypeInfo, XidEvent,
+    DeviceInfo, GpuInstance, GpuInstanceProfile, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult,
+    PartitionState, Placement, Telemetry, VfCount, VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 use ids::PciAddress;
 
@@ -256,6 +256,18 @@ impl Nvml for TimedNvml {
             Gate::NvmlIndex(i),
             "nvmlDeviceGetUtilizationRates",
             move |n| n.telemetry(i),
+        )
+    }
+    fn vgpu_usage(&self, i: u32) -> NvmlResult<Vec<VgpuUsage>> {
+        self.call(Gate::NvmlIndex(i), "nvmlDeviceGetActiveVgpus", move |n| {
+            n.vgpu_usage(i)
+        })
+    }
+    fn mig_memory(&self, i: u32) -> NvmlResult<Vec<MigMemory>> {
+        self.call(
+            Gate::NvmlIndex(i),
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            move |n| n.mig_memory(i),
         )
     }
     fn supported_vgpu_types(&self, i: u32) -> NvmlResult<Vec<VgpuTypeInfo>> {

@@ -350,6 +350,84 @@ pub(crate) fn nvlink_remote_device_type(device: &Device<'_>, link: u32) -> NvmlR
     Ok(kind)
 }
 
+/// `nvmlDeviceGetActiveVgpus`: the handles of the GPU's active vGPU instances. NVML answers
+/// `INSUFFICIENT_SIZE` with the count when the buffer is too small (NVML API reference,
+/// `nvmlDeviceGetActiveVgpus`); the count can grow between the two calls, so it is asked again.
+pub(crate) fn active_vgpus(device: &Device<'_>) -> NvmlResult<Vec<u32>> {
+    const CALL: &str = "nvmlDeviceGetActiveVgpus";
+    let f = sym(&lib(device).nvmlDeviceGetActiveVgpus, CALL)?;
+    let mut count: c_uint = 0;
+    for _ in 0..4 {
+        let mut buf: Vec<sys::nvmlVgpuInstance_t> = vec![0; count as usize];
+        let ptr = if buf.is_empty() {
+            ptr::null_mut()
+        } else {
+            buf.as_mut_ptr()
+        };
+        // SAFETY: `buf` holds `count` elements (or the pointer is null with a count of 0, which
+        // NVML documents as the size query); the device handle is live.
+        let ret = unsafe { f(handle(device), &mut count, ptr) };
+        if ret == sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
+            continue;
+        }
+        check(CALL, ret)?;
+        buf.truncate(count as usize);
+        return Ok(buf);
+    }
+    Err(NvmlError::new(CALL, NvmlCode::UNKNOWN))
+}
+
+/// `nvmlDeviceGetVgpuUtilization`: the SM utilisation, percent, of each vGPU instance NVML has a
+/// sample for since `lastSeenTimeStamp` 0 (its whole buffer). Instances without a sample are
+/// left out; `NOT_FOUND` (no sample at all yet) is an empty answer (NVML API reference).
+pub(crate) fn vgpu_utilization(device: &Device<'_>, instances: usize) -> NvmlResult<Vec<(u32, u32)>> {
+    const CALL: &str = "nvmlDeviceGetVgpuUtilization";
+    let f = sym(&lib(device).nvmlDeviceGetVgpuUtilization, CALL)?;
+    if instances == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the sample struct is plain data (integers and a union of numbers).
+    let zero: sys::nvmlVgpuInstanceUtilizationSample_t = unsafe { mem::zeroed() };
+    let mut buf = vec![zero; instances.max(MIN_INSTANCE_BUFFER)];
+    let mut count = buf.len() as c_uint;
+    let mut kind: sys::nvmlValueType_t = 0;
+    // SAFETY: `buf` holds `count` samples; `kind` and `count` are valid out-pointers.
+    let ret = unsafe { f(handle(device), 0, &mut kind, &mut count, buf.as_mut_ptr()) };
+    if ret == sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
+        return Ok(Vec::new());
+    }
+    check(CALL, ret)?;
+    buf.truncate((count as usize).min(buf.len()));
+    Ok(buf
+        .iter()
+        .map(|s| (s.vgpuInstance, value_as_u32(kind, &s.smUtil)))
+        .collect())
+}
+
+/// A sample value of the type NVML says it wrote.
+fn value_as_u32(kind: sys::nvmlValueType_t, v: &sys::nvmlValue_t) -> u32 {
+    // SAFETY: NVML names the union member it filled in `kind`; every member is a plain number.
+    unsafe {
+        match kind {
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => {
+                u32::try_from(v.ullVal).unwrap_or(u32::MAX)
+            }
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE => v.dVal.clamp(0.0, 1e9) as u32,
+            _ => v.uiVal,
+        }
+    }
+}
+
+/// `nvmlDeviceGetGpuInstanceId` on a MIG device handle: the GPU instance it belongs to.
+pub(crate) fn mig_device_gpu_instance_id(mig_device: &Device<'_>) -> NvmlResult<u32> {
+    const CALL: &str = "nvmlDeviceGetGpuInstanceId";
+    let f = sym(&lib(mig_device).nvmlDeviceGetGpuInstanceId, CALL)?;
+    let mut id: c_uint = 0;
+    // SAFETY: `id` is a valid out-pointer; the MIG device handle is live.
+    check(CALL, unsafe { f(handle(mig_device), &mut id) })?;
+    Ok(id)
+}
+
 /// The far end of an NVLink is an NVSwitch (not a GPU).
 pub(crate) const NVLINK_REMOTE_SWITCH: u32 =
     sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_SWITCH;
