@@ -9,6 +9,7 @@
 //! under `required`), nothing is allocated.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Instant, SystemTime};
 
 use ids::PciAddress;
 use inventory::HostInventory;
@@ -20,7 +21,10 @@ use crate::engine::{
     Allocation, AllocationId, AllocationRequest, CreateSlice, Engine, EngineError, Event, Layout,
     LayoutsView, NumaPolicy, ReconcileReport, Scheduling, Slice, SliceId, SliceRequest,
 };
+use crate::metrics::failure_reason;
+use crate::metrics::process::ProcessStats;
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
+use crate::telemetry::TelemetryCache;
 
 /// Result of a service call; errors carry stable machine codes ([`EngineError::code`]).
 pub type Result<T> = std::result::Result<T, EngineError>;
@@ -70,6 +74,7 @@ pub struct Service {
     pinner: Option<Arc<Pinner>>,
     links: Arc<Mutex<VmLinks>>,
     apply_slot: Arc<ApplySlot>,
+    telemetry: Arc<TelemetryCache>,
 }
 
 impl Service {
@@ -86,12 +91,29 @@ impl Service {
             pinner: options.pinning.map(|p| Arc::new(Pinner::new(p))),
             links: Arc::default(),
             apply_slot: Arc::default(),
+            telemetry: Arc::default(),
         }
     }
 
     /// The engine underneath (for the daemon's own housekeeping: reconcile loop, shutdown).
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The cache `/metrics` is rendered from; a [`crate::telemetry::Poller`] fills it.
+    pub fn telemetry_cache(&self) -> Arc<TelemetryCache> {
+        self.telemetry.clone()
+    }
+
+    /// `/metrics` in OpenMetrics text: the telemetry cache's latest snapshot and the live
+    /// counters. Never waits on the vendor library, sysfs or the engine.
+    pub fn metrics_text(&self) -> std::result::Result<String, std::fmt::Error> {
+        crate::metrics::render(
+            &self.telemetry.latest(),
+            self.engine.metrics(),
+            &ProcessStats::current(),
+            SystemTime::now(),
+        )
     }
 
     /// The placement policy in force.
@@ -140,6 +162,28 @@ impl Service {
     /// pinned next to the slices before the allocation is committed (`pinning` in the answer);
     /// if that fails, nothing is allocated.
     pub fn allocate(&self, req: AllocationRequest) -> Result<Allocation> {
+        let received = Instant::now();
+        let metrics = self.engine.metrics();
+        match self.allocate_timed(req, received) {
+            Ok(a) => {
+                let backend = a
+                    .slices
+                    .first()
+                    .and_then(|id| self.engine.slice(*id).ok())
+                    .map_or("", |s| s.spec.kind.backend().as_str());
+                metrics.allocation_succeeded(backend, received.elapsed());
+                Ok(a)
+            }
+            Err(e) => {
+                metrics.allocation_failed(failure_reason(&e));
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Service::allocate`] without the counting; records how long the request waited for
+    /// the VM planning lock and libvirt before the engine started on it.
+    fn allocate_timed(&self, req: AllocationRequest, received: Instant) -> Result<Allocation> {
         let inventory = self.engine.inventory();
         // CPUs are accounted from the domains' pins: two VMs planned at once would both see
         // the same CPUs free.
@@ -160,6 +204,7 @@ impl Service {
             memory_mib: vm.as_ref().map(|v| v.memory_mib()),
             reserved_cpus: self.reserved_cpus(),
         };
+        self.engine.metrics().allocation_waited(received.elapsed());
         match (&self.pinner, vm) {
             (Some(pinner), Some(vm)) => {
                 let engine = self.engine.clone();
@@ -256,6 +301,18 @@ impl Service {
     /// exist are reported (`stale_vm_links` and a `stale_vm_link` event each). libvirt down is
     /// not an error here: the links are rebuilt on the next pass.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
+        let started = Instant::now();
+        let out = self.reconcile_links();
+        let drift = out.as_ref().map_or(0, |r| {
+            r.recreated.len() + r.failed.len() + r.given_up.len()
+        });
+        self.engine
+            .metrics()
+            .reconciled(out.is_ok(), drift, started.elapsed());
+        out
+    }
+
+    fn reconcile_links(&self) -> Result<ReconcileReport> {
         let mut report = self.engine.reconcile()?;
         if let Some(pinner) = &self.pinner {
             match pinner.scan(&self.engine.allocations(), &self.engine.slices()) {

@@ -23,6 +23,7 @@ mod import;
 mod metrics;
 mod openapi;
 mod operations;
+mod request_metrics;
 mod routes;
 mod serve;
 mod tls;

@@ -246,6 +246,8 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     systemd.ready(&status);
     info!("ready: {status}");
 
+    // Stops polling when dropped, at the end of `run`.
+    let _telemetry = crate::daemon_metrics::start(&service, &config.metrics)?;
     let (interval_tx, interval_rx) = watch::channel(reconcile_interval(&config));
     let pinger = systemd
         .watchdog_period()

@@ -7,5 +7,6 @@ pub mod cli;
 pub mod daemon;
 mod daemon_config;
 mod daemon_listen;
+mod daemon_metrics;
 mod daemon_systemd;
 pub mod state_cmd;

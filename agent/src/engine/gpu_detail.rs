@@ -17,7 +17,7 @@ use super::resolve::candidates;
 use super::snapshot::{self, Ownership};
 
 /// The types a GPU offers, as requests name them, with the kind each means there.
-fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
+pub(super) fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
     let mut names: Vec<String> = Vec::new();
     if let Some(m) = g.mig.as_ref().filter(|m| m.enabled) {
         names.extend(m.profiles.iter().map(|p| p.name.clone()));
@@ -46,7 +46,7 @@ fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
 }
 
 /// How many more slices of `kind` fit on `gpu`, each created alone (first fit, at most 64).
-fn creatable(
+pub(super) fn creatable(
     inventory: &inventory::HostInventory,
     own: &Ownership,
     gpu: PciAddress,

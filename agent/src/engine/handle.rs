@@ -19,6 +19,7 @@ use super::model::SliceId;
 use super::state::{self, Desired};
 use super::timed_host::TimedHost;
 use super::{marked, state_check};
+use crate::metrics::Metrics;
 
 /// How to open an engine.
 #[derive(Debug, Clone)]
@@ -65,6 +66,8 @@ pub(super) struct Inner {
     pub(super) foreign_seen: Mutex<BTreeSet<String>>,
     pub(super) layout_status: Mutex<BTreeMap<PciAddress, GpuLayoutStatus>>,
     pub(super) events: broadcast::Sender<Event>,
+    /// The agent's counters and histograms (vendor calls count here, the service adds the rest).
+    pub(super) metrics: Metrics,
 }
 
 impl Engine {
@@ -76,7 +79,8 @@ impl Engine {
     pub fn open(config: EngineConfig) -> Result<Engine> {
         let store =
             store::Store::open_checked(&config.state_dir, state::SCHEMA, state_check::check)?;
-        let host = TimedHost::new(config.host, config.vendor_timeout);
+        let metrics = Metrics::default();
+        let host = TimedHost::new(config.host, config.vendor_timeout, metrics.clone());
         if !store.loaded() {
             marked::refuse_if_marked(&host, store.path())?;
         }
@@ -92,6 +96,7 @@ impl Engine {
                 foreign_seen: Mutex::new(BTreeSet::new()),
                 layout_status: Mutex::new(BTreeMap::new()),
                 events,
+                metrics,
             }),
         })
     }
@@ -99,6 +104,11 @@ impl Engine {
     /// The host's inventory (discovery through the time-bounded vendor libraries).
     pub fn inventory(&self) -> inventory::HostInventory {
         inventory::discover(&self.inner.host.access)
+    }
+
+    /// The agent's counters and histograms.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
 
     /// A receiver of every event from now on.

@@ -14,6 +14,7 @@
 
 mod alloc;
 mod backend;
+mod capacity;
 mod claim;
 mod dry_run;
 mod error;
@@ -42,12 +43,14 @@ mod snapshot;
 mod sriov_recovery;
 mod state;
 mod state_check;
+mod telemetry_read;
 mod timed_host;
 mod vendor;
 mod vfs;
 mod view;
 
 pub use alloc::Finish;
+pub use capacity::{GpuCapacity, TypeCapacity};
 pub use error::{EngineError, Result};
 pub use events::Event;
 pub use handle::{Engine, EngineConfig};
@@ -59,6 +62,7 @@ pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};
 pub use scheduling::Scheduling;
+pub use telemetry_read::GpuReading;
 
 /// Where the desired state lives unless configured otherwise.
 pub const DEFAULT_STATE_DIR: &str = store::DEFAULT_DIR;

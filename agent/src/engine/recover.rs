@@ -18,6 +18,7 @@ use super::model::SliceId;
 use super::reconcile::describe;
 use super::state::{self, Desired};
 use super::timed_host::TimedHost;
+use crate::metrics::Metrics;
 
 /// What a recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,7 +67,7 @@ impl super::handle::Engine {
     /// directory (its lock refuses otherwise).
     pub fn recover(config: EngineConfig) -> Result<RecoveryReport> {
         let mut store = store::Store::<Desired>::create_new(&config.state_dir, state::SCHEMA)?;
-        let host = TimedHost::new(config.host, config.vendor_timeout);
+        let host = TimedHost::new(config.host, config.vendor_timeout, Metrics::default());
         let mut not_adopted = Vec::new();
         let owned = marked(&host, &mut not_adopted);
         unmarkable(&host, &mut not_adopted);

@@ -11,6 +11,7 @@ use inventory::HostAccess;
 use sysfs::Sysfs;
 
 use super::error::{EngineError, Result};
+use crate::metrics::Metrics;
 use super::vendor::{Runner, TimedAmd, TimedNvml};
 
 /// Host access with every vendor call time-bounded.
@@ -26,8 +27,8 @@ pub(crate) struct TimedHost {
 }
 
 impl TimedHost {
-    pub(crate) fn new(access: HostAccess, timeout: Duration) -> Self {
-        let runner = Runner::new(timeout);
+    pub(crate) fn new(access: HostAccess, timeout: Duration, metrics: Metrics) -> Self {
+        let runner = Runner::new(timeout, metrics);
         let nvml = access
             .nvml
             .as_ref()

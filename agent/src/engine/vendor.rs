@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpu::{
     AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, ComputeInstance, ComputeInstanceProfile,
@@ -18,6 +18,8 @@ use gpu::{
     PartitionState, Placement, Telemetry, VfCount, VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 use ids::PciAddress;
+
+use crate::metrics::Metrics;
 
 /// `AMDSMI_STATUS_TIMEOUT` in `amdsmi_status_t`.
 pub(crate) const AMD_TIMEOUT: AmdStatus = AmdStatus(8);
@@ -35,6 +37,8 @@ enum Gate {
 pub(crate) struct Runner {
     timeout: Duration,
     stuck: Mutex<HashMap<Gate, usize>>,
+    /// Where each call's latency and error code are counted.
+    metrics: Metrics,
 }
 
 #[derive(Default)]
@@ -43,11 +47,17 @@ struct CallState {
 }
 
 impl Runner {
-    pub(crate) fn new(timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(timeout: Duration, metrics: Metrics) -> Arc<Self> {
         Arc::new(Self {
             timeout,
             stuck: Mutex::new(HashMap::new()),
+            metrics,
         })
+    }
+
+    /// Counts one finished (or abandoned) call.
+    fn record(&self, call: &'static str, started: Instant, error: Option<u32>) {
+        self.metrics.vendor_call(call, started.elapsed(), error);
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -151,9 +161,14 @@ impl TimedNvml {
         f: impl FnOnce(&dyn Nvml) -> NvmlResult<T> + Send + 'static,
     ) -> NvmlResult<T> {
         let inner = self.inner.clone();
-        self.runner
+        let started = Instant::now();
+        let out = self
+            .runner
             .run(gate, limit, move || f(inner.as_ref()))
-            .unwrap_or_else(|| Err(NvmlError::new(name, NvmlCode::TIMEOUT)))
+            .unwrap_or_else(|| Err(NvmlError::new(name, NvmlCode::TIMEOUT)));
+        self.runner
+            .record(name, started, out.as_ref().err().map(|e| e.code.0));
+        out
     }
 }
 
@@ -310,9 +325,14 @@ impl TimedAmd {
         f: impl FnOnce(&dyn AmdSmi) -> AmdResult<T> + Send + 'static,
     ) -> AmdResult<T> {
         let inner = self.inner.clone();
-        self.runner
+        let started = Instant::now();
+        let out = self
+            .runner
             .run(gate, self.runner.timeout(), move || f(inner.as_ref()))
-            .unwrap_or_else(|| Err(AmdError::new(name, AMD_TIMEOUT)))
+            .unwrap_or_else(|| Err(AmdError::new(name, AMD_TIMEOUT)));
+        self.runner
+            .record(name, started, out.as_ref().err().map(|e| e.status.0));
+        out
     }
 }
 
@@ -364,7 +384,7 @@ mod tests {
 
     #[test]
     fn a_hung_call_times_out_and_blocks_only_its_gate() {
-        let runner = Runner::new(Duration::from_millis(50));
+        let runner = Runner::new(Duration::from_millis(50), Metrics::default());
         let slow = runner.run(Gate::NvmlIndex(0), Duration::from_millis(50), || {
             std::thread::sleep(Duration::from_millis(300));
             1

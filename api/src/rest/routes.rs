@@ -49,6 +49,7 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
 
 pub(super) fn build(state: AppState) -> Router {
     let limit = state.options.max_body_bytes;
+    let counters = state.service.engine().metrics().clone();
     let (router, doc) = documented().split_for_parts();
     let doc = Arc::new(openapi::render(&doc));
     router
@@ -58,6 +59,10 @@ pub(super) fn build(state: AppState) -> Router {
         .layer(middleware::from_fn(auth::require_caller))
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::map_response(json_errors))
+        .layer(middleware::from_fn_with_state(
+            counters,
+            super::request_metrics::count,
+        ))
         .with_state(state)
 }
 

@@ -1,0 +1,26 @@
+//! The `reason` label of a failed allocation: a short, fixed vocabulary dashboards and alerts
+//! can rely on, from the engine's stable error codes.
+
+use crate::engine::EngineError;
+
+/// `no_capacity`, `quarantined`, `invalid`, `conflict`, `not_found`, `vendor`, `timeout` or
+/// `internal`.
+pub fn failure_reason(e: &EngineError) -> &'static str {
+    match e {
+        EngineError::NoCapacity(why) if why.contains("quarantine") => "quarantined",
+        EngineError::NoCapacity(_) | EngineError::Busy(_) => "no_capacity",
+        EngineError::InvalidRequest(_) | EngineError::Unsupported(_) => "invalid",
+        EngineError::Conflict(_) => "conflict",
+        EngineError::NotFound(_) => "not_found",
+        EngineError::Timeout { .. } => "timeout",
+        EngineError::Host {
+            nvml_code: Some(_), ..
+        }
+        | EngineError::Host {
+            amd_status: Some(_), ..
+        } => "vendor",
+        EngineError::Host { .. } | EngineError::Store(_) | EngineError::LibvirtUnavailable(_) => {
+            "internal"
+        }
+    }
+}
