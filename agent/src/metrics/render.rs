@@ -90,34 +90,34 @@ pub fn render(
 
 /// The dcgm-exporter device gauges, for GPUs whose last reading in this poll succeeded.
 fn device_families(registry: &mut Registry, s: &TelemetrySnapshot) {
-    type Field = (&'static str, &'static str, fn(&gpu::Telemetry) -> i64);
+    type Field = (&'static str, &'static str, fn(&gpu::Telemetry) -> f64);
     let fields: [Field; 11] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |t| to_i64(t.gpu_util_pct)),
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |t| f64::from(t.gpu_util_pct)),
         ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", |t| {
-            to_i64(t.mem_copy_util_pct)
+            f64::from(t.mem_copy_util_pct)
         }),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", |t| to_i64(t.fb_used_mib)),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |t| to_i64(t.fb_free_mib)),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |t| to_i64(t.temperature_c)),
+        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", |t| t.fb_used_mib as f64),
+        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |t| t.fb_free_mib as f64),
+        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |t| f64::from(t.temperature_c)),
         ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |t| {
-            to_i64(t.power_mw / 1000)
+            f64::from(t.power_mw) / 1000.0
         }),
         (
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
             "Total energy consumption since boot (in mJ).",
-            |t| to_i64(t.energy_mj),
+            |t| t.energy_mj as f64,
         ),
-        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |t| to_i64(t.sm_clock_mhz)),
+        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |t| f64::from(t.sm_clock_mhz)),
         ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", |t| {
-            to_i64(t.mem_clock_mhz)
+            f64::from(t.mem_clock_mhz)
         }),
-        ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", |t| to_i64(t.pcie_link_gen)),
+        ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", |t| f64::from(t.pcie_link_gen)),
         ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width (lanes).", |t| {
-            to_i64(t.pcie_link_width)
+            f64::from(t.pcie_link_width)
         }),
     ];
     for (name, help, value) in fields {
-        let mut rows: IntRows = s
+        let mut rows: FloatRows = s
             .gpus
             .iter()
             .filter_map(|g| Some((device_labels(g, &s.hostname), value(g.telemetry.as_ref()?))))
@@ -126,12 +126,12 @@ fn device_families(registry: &mut Registry, s: &TelemetrySnapshot) {
         if name == "DCGM_FI_DEV_FB_USED" || name == "DCGM_FI_DEV_FB_FREE" {
             rows.extend(mig_rows(s, name == "DCGM_FI_DEV_FB_USED"));
         }
-        registry.register_with_unit_free(name, help, rows);
+        float_gauge(registry, name, help, rows);
     }
 }
 
 /// Framebuffer rows of MIG instances (MiB), for GPUs with a device reading.
-fn mig_rows(s: &TelemetrySnapshot, used: bool) -> IntRows {
+fn mig_rows(s: &TelemetrySnapshot, used: bool) -> FloatRows {
     const MIB: u64 = 1024 * 1024;
     let mut rows = Vec::new();
     for g in s.gpus.iter().filter(|g| g.telemetry.is_some()) {
@@ -144,20 +144,10 @@ fn mig_rows(s: &TelemetrySnapshot, used: bool) -> IntRows {
             } else {
                 m.total_bytes.saturating_sub(m.used_bytes) / MIB
             };
-            rows.push((labels, to_i64(v)));
+            rows.push((labels, v as f64));
         }
     }
     rows
-}
-
-trait RegisterRows {
-    fn register_with_unit_free(&mut self, name: &str, help: &str, rows: IntRows);
-}
-
-impl RegisterRows for Registry {
-    fn register_with_unit_free(&mut self, name: &str, help: &str, rows: IntRows) {
-        int_gauge(self, name, help, rows);
-    }
 }
 
 /// GPU identity and health. The health signals (ECC, retired pages, remapped rows, throttle
