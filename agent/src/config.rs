@@ -504,6 +504,9 @@ mod tests {
         assert_eq!(c.state_dir, Path::new("/var/lib/vgpud"));
         assert_eq!(c.api.socket, Path::new("/run/vgpud/api.sock"));
         assert_eq!(c.api_mode().unwrap(), 0o660);
+        assert_eq!(c.metrics.poll_interval_ms, 5000);
+        assert_eq!(c.metrics.idle_utilization_pct, 5);
+        assert_eq!(c.metrics.idle_window_s, 3600);
     }
 
     #[test]
@@ -537,6 +540,16 @@ mod tests {
             ("[api]\nsocket_mode = \"0662\"", "api.socket_mode"),
             ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
             ("[libvirt]\ncall_timeout_ms = 0", "libvirt.call_timeout_ms"),
+            ("[metrics]\npoll_interval_ms = 0", "metrics.poll_interval_ms"),
+            (
+                "[metrics]\npoll_interval_ms = 600001",
+                "metrics.poll_interval_ms",
+            ),
+            (
+                "[metrics]\nidle_utilization_pct = 101",
+                "metrics.idle_utilization_pct",
+            ),
+            ("[metrics]\nidle_window_s = 0", "metrics.idle_window_s"),
             (
                 "[api]\nheader_read_timeout_ms = 0",
                 "api.header_read_timeout_ms",

@@ -477,11 +477,28 @@ async fn metrics_openapi_and_unknown_routes() {
         json!({"consumer": "m", "request": {"type": "1g.10gb"}}),
     )
     .await;
+    // The daemon's poller fills the cache on its interval; here one poll, at once.
+    let service = rig.service.clone();
+    tokio::task::spawn_blocking(move || {
+        agent::telemetry::Poller::new(
+            service.engine().clone(),
+            service.telemetry_cache(),
+            agent::telemetry::PollerSettings::default(),
+        )
+        .poll_once()
+    })
+    .await
+    .unwrap();
     let metrics = rig.get("/metrics").await;
     assert_eq!(metrics.status, 200);
+    assert_eq!(
+        metrics.headers["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
     let text = metrics.text();
     assert!(
-        text.contains("vgpud_slices{state=\"allocated\",backend=\"mig\"} 1"),
+        text.lines().any(|l| l.starts_with("vgpud_slices{type=\"1g.10gb\",backend=\"mig\",state=\"allocated\",")
+            && l.ends_with("} 1")),
         "{text}"
     );
     assert!(text.contains("vgpud_allocations 1"), "{text}");
