@@ -540,7 +540,10 @@ mod tests {
             ("[api]\nsocket_mode = \"0662\"", "api.socket_mode"),
             ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
             ("[libvirt]\ncall_timeout_ms = 0", "libvirt.call_timeout_ms"),
-            ("[metrics]\npoll_interval_ms = 0", "metrics.poll_interval_ms"),
+            (
+                "[metrics]\npoll_interval_ms = 0",
+                "metrics.poll_interval_ms",
+            ),
             (
                 "[metrics]\npoll_interval_ms = 600001",
                 "metrics.poll_interval_ms",

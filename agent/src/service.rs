@@ -303,9 +303,9 @@ impl Service {
     pub fn reconcile(&self) -> Result<ReconcileReport> {
         let started = Instant::now();
         let out = self.reconcile_links();
-        let drift = out.as_ref().map_or(0, |r| {
-            r.recreated.len() + r.failed.len() + r.given_up.len()
-        });
+        let drift = out
+            .as_ref()
+            .map_or(0, |r| r.recreated.len() + r.failed.len() + r.given_up.len());
         self.engine
             .metrics()
             .reconciled(out.is_ok(), drift, started.elapsed());

@@ -85,8 +85,14 @@ fn device_series_carry_dcgm_names_and_labels_with_mig_instances() {
         ] {
             assert_eq!(matching(&text, name, &labels).len(), 1, "{name} of GPU {i}");
         }
-        assert_eq!(value(&text, "DCGM_FI_DEV_PCIE_LINK_GEN", &labels), Some(4.0));
-        assert_eq!(value(&text, "DCGM_FI_DEV_PCIE_LINK_WIDTH", &labels), Some(16.0));
+        assert_eq!(
+            value(&text, "DCGM_FI_DEV_PCIE_LINK_GEN", &labels),
+            Some(4.0)
+        );
+        assert_eq!(
+            value(&text, "DCGM_FI_DEV_PCIE_LINK_WIDTH", &labels),
+            Some(16.0)
+        );
         // The device rows are the ones without MIG labels.
         let device_row = |name| {
             matching(&text, name, &labels)
@@ -109,7 +115,10 @@ fn device_series_carry_dcgm_names_and_labels_with_mig_instances() {
     ];
     let used = value(&text, "DCGM_FI_DEV_FB_USED", &mig).unwrap();
     let free = value(&text, "DCGM_FI_DEV_FB_FREE", &mig).unwrap();
-    assert!(used > 0.0 && used + free > 9000.0 && used + free <= 10240.0, "{used} + {free}");
+    assert!(
+        used > 0.0 && used + free > 9000.0 && used + free <= 10240.0,
+        "{used} + {free}"
+    );
     assert_eq!(
         samples(&text, "DCGM_FI_DEV_FB_USED")
             .iter()
@@ -154,7 +163,12 @@ fn slice_info_joins_slice_gpu_vm_and_consumer() {
     assert_eq!(value(&text, "vgpud_slice_info", &info), Some(1.0), "{text}");
     // The same GPU UUID labels the device series: a PromQL join on UUID works.
     assert_eq!(
-        matching(&text, "DCGM_FI_DEV_GPU_UTIL", &[("UUID", &uuid), ("pci_bus_id", A100)]).len(),
+        matching(
+            &text,
+            "DCGM_FI_DEV_GPU_UTIL",
+            &[("UUID", &uuid), ("pci_bus_id", A100)]
+        )
+        .len(),
         1
     );
     // Its MIG device memory is the slice's framebuffer.
@@ -168,7 +182,11 @@ fn slice_info_joins_slice_gpu_vm_and_consumer() {
         value(
             &text,
             "vgpud_slices",
-            &[("type", "3g.40gb"), ("state", "allocated"), ("pci_bus_id", A100)]
+            &[
+                ("type", "3g.40gb"),
+                ("state", "allocated"),
+                ("pci_bus_id", A100)
+            ]
         ),
         Some(1.0)
     );
@@ -178,8 +196,17 @@ fn slice_info_joins_slice_gpu_vm_and_consumer() {
     let after = scrape(&s);
     let kept = s.slices().into_iter().find(|x| x.id == slice.id);
     if kept.is_some_and(|k| k.state == SliceState::Ready) {
-        let free = [("slice", id.as_str()), ("consumer", ""), ("vm_name", ""), ("state", "ready")];
-        assert_eq!(value(&after, "vgpud_slice_info", &free), Some(1.0), "{after}");
+        let free = [
+            ("slice", id.as_str()),
+            ("consumer", ""),
+            ("vm_name", ""),
+            ("state", "ready"),
+        ];
+        assert_eq!(
+            value(&after, "vgpud_slice_info", &free),
+            Some(1.0),
+            "{after}"
+        );
     } else {
         assert!(matching(&after, "vgpud_slice_info", &[("slice", &id)]).is_empty());
     }
@@ -192,13 +219,15 @@ fn business_counters_move_after_an_allocation_and_a_refused_one() {
     let (_sim, s) = service("dgx-a100", dir.path());
     let before = scrape(&s);
     assert_eq!(
-        value(&before, "vgpud_allocation_requests_total", &[("outcome", "ok")]),
+        value(
+            &before,
+            "vgpud_allocation_requests_total",
+            &[("outcome", "ok")]
+        ),
         None
     );
     s.allocate(request("m", "1g.10gb", None)).unwrap();
-    let refused = s
-        .allocate(request("m", "no-such-type", None))
-        .unwrap_err();
+    let refused = s.allocate(request("m", "no-such-type", None)).unwrap_err();
     let reason = failure_reason(&refused);
     assert_eq!(reason, "invalid", "{refused}");
     let mut p = poller(&s);
@@ -207,16 +236,33 @@ fn business_counters_move_after_an_allocation_and_a_refused_one() {
     p.poll_once();
     let text = s.metrics_text().unwrap();
     let ok = [("outcome", "ok"), ("reason", "")];
-    assert_eq!(value(&text, "vgpud_allocation_requests_total", &ok), Some(1.0));
-    let failed = [("outcome", "failed"), ("reason", reason)];
-    assert_eq!(value(&text, "vgpud_allocation_requests_total", &failed), Some(1.0));
     assert_eq!(
-        value(&text, "vgpud_allocation_duration_seconds_count", &[("backend", "mig")]),
+        value(&text, "vgpud_allocation_requests_total", &ok),
+        Some(1.0)
+    );
+    let failed = [("outcome", "failed"), ("reason", reason)];
+    assert_eq!(
+        value(&text, "vgpud_allocation_requests_total", &failed),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "vgpud_allocation_duration_seconds_count",
+            &[("backend", "mig")]
+        ),
         Some(1.0)
     );
     // Both requests reached the engine.
-    assert_eq!(value(&text, "vgpud_allocation_wait_seconds_count", &[]), Some(2.0));
-    let held = value(&text, "vgpud_consumer_slice_seconds_total", &[("consumer", "m")]);
+    assert_eq!(
+        value(&text, "vgpud_allocation_wait_seconds_count", &[]),
+        Some(2.0)
+    );
+    let held = value(
+        &text,
+        "vgpud_consumer_slice_seconds_total",
+        &[("consumer", "m")],
+    );
     assert!(held.is_some_and(|h| h >= 0.05), "{held:?}");
     assert_eq!(value(&text, "vgpud_allocations", &[]), Some(1.0));
     // Every GPU's telemetry went through the timed vendor calls, and was counted there.
@@ -234,7 +280,10 @@ fn business_counters_move_after_an_allocation_and_a_refused_one() {
         value(&text, "vgpud_reconcile_runs_total", &[("outcome", "ok")]),
         Some(1.0)
     );
-    assert_eq!(value(&text, "vgpud_reconcile_duration_seconds_count", &[]), Some(1.0));
+    assert_eq!(
+        value(&text, "vgpud_reconcile_duration_seconds_count", &[]),
+        Some(1.0)
+    );
 }
 
 #[test]
@@ -250,11 +299,17 @@ fn a_gpu_whose_telemetry_fails_drops_out_of_the_device_gauges_and_counts_errors(
     p.poll_once();
     let text = s.metrics_text().unwrap();
     let here = [("pci_bus_id", A100)];
-    assert!(matching(&text, "DCGM_FI_DEV_GPU_UTIL", &here).is_empty(), "{text}");
+    assert!(
+        matching(&text, "DCGM_FI_DEV_GPU_UTIL", &here).is_empty(),
+        "{text}"
+    );
     assert!(matching(&text, "DCGM_FI_DEV_FB_USED", &here).is_empty());
     // The other GPUs still report.
     assert_eq!(samples(&text, "DCGM_FI_DEV_GPU_UTIL").len(), 7);
-    assert_eq!(value(&text, "vgpud_telemetry_errors_total", &here), Some(1.0));
+    assert_eq!(
+        value(&text, "vgpud_telemetry_errors_total", &here),
+        Some(1.0)
+    );
     let lost = [("call", "nvmlDeviceGetUtilizationRates"), ("code", "15")];
     assert!(value(&text, "vgpud_vendor_call_errors_total", &lost) >= Some(1.0));
     let state = [("pci_bus_id", A100), ("state", "unresponsive")];

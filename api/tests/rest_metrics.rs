@@ -54,7 +54,9 @@ async fn a_scrape_answers_from_the_cache_while_every_vendor_call_hangs() {
         let text = scrape.text();
         // The last snapshot: taken before the hang, every GPU's device gauges in it.
         assert_eq!(gpu_util_rows(&text), 8, "{text}");
-        assert!(text.contains(&format!("vgpud_telemetry_age_seconds{{pci_bus_id=\"{A100}\"}}")));
+        assert!(text.contains(&format!(
+            "vgpud_telemetry_age_seconds{{pci_bus_id=\"{A100}\"}}"
+        )));
         assert!(text.trim_end().ends_with("# EOF"));
         // Only the first poll has finished: the running one is waiting on NVML.
         assert!(
@@ -77,7 +79,10 @@ async fn api_requests_are_counted_by_route_template_method_and_status() {
     let id = a.json()["id"].as_str().unwrap().to_owned();
     assert_eq!(rig.get(&format!("/v1/allocations/{id}")).await.status, 200);
     let missing = "00000000-0000-4000-8000-000000000000";
-    assert_eq!(rig.get(&format!("/v1/allocations/{missing}")).await.status, 404);
+    assert_eq!(
+        rig.get(&format!("/v1/allocations/{missing}")).await.status,
+        404
+    );
     assert_eq!(rig.get("/v2/nowhere").await.status, 404);
     let text = rig.get("/metrics").await.text();
     let count = |route: &str, method: &str, status: &str| -> Option<f64> {
@@ -90,8 +95,16 @@ async fn api_requests_are_counted_by_route_template_method_and_status() {
     };
     assert_eq!(count("/v1/allocations", "POST", "201"), Some(1.0), "{text}");
     // One series for every id: the template, not the path.
-    assert_eq!(count("/v1/allocations/{id}", "GET", "200"), Some(1.0), "{text}");
-    assert_eq!(count("/v1/allocations/{id}", "GET", "404"), Some(1.0), "{text}");
+    assert_eq!(
+        count("/v1/allocations/{id}", "GET", "200"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        count("/v1/allocations/{id}", "GET", "404"),
+        Some(1.0),
+        "{text}"
+    );
     assert_eq!(count("unmatched", "GET", "404"), Some(1.0), "{text}");
     assert!(!text.contains(&id), "a path with an id became a label");
     assert!(text.contains("vgpud_api_request_duration_seconds_count{route=\"/v1/allocations\"} 1"));

@@ -497,7 +497,8 @@ async fn metrics_openapi_and_unknown_routes() {
     );
     let text = metrics.text();
     assert!(
-        text.lines().any(|l| l.starts_with("vgpud_slices{type=\"1g.10gb\",backend=\"mig\",state=\"allocated\",")
+        text.lines().any(|l| l
+            .starts_with("vgpud_slices{type=\"1g.10gb\",backend=\"mig\",state=\"allocated\",")
             && l.ends_with("} 1")),
         "{text}"
     );

@@ -18,6 +18,6 @@ pub mod nvml_real;
 pub use amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
 pub use nvml::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
-    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement,
-    Telemetry, VgpuTypeInfo, VgpuUsage, XidEvent,
+    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
+    VgpuTypeInfo, VgpuUsage, XidEvent,
 };

@@ -22,8 +22,8 @@ use nvml_wrapper_sys::bindings as sys;
 
 use crate::nvml::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
-    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement,
-    Telemetry, VgpuTypeInfo, VgpuUsage, XidEvent,
+    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
+    VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -399,7 +399,9 @@ impl Nvml for NvmlLibrary {
         let device = self.device(index)?;
         let handles = match raw::active_vgpus(&device) {
             // A driver without vGPU has no active instances.
-            Err(e) if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND => {
+            Err(e)
+                if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND =>
+            {
                 return Ok(Vec::new());
             }
             other => other?,
@@ -440,7 +442,10 @@ impl Nvml for NvmlLibrary {
         let mut out = Vec::new();
         for i in 0..count {
             // Indices without a MIG device answer NOT_FOUND or INVALID_ARGUMENT.
-            let mig = match device.mig_device_by_index(i).map_err(wrap("nvmlDeviceGetMigDeviceHandleByIndex")) {
+            let mig = match device
+                .mig_device_by_index(i)
+                .map_err(wrap("nvmlDeviceGetMigDeviceHandleByIndex"))
+            {
                 Ok(m) => m,
                 Err(e) if e.code == NvmlCode::NOT_FOUND || is_not_applicable(&e) => continue,
                 Err(e) => return Err(e),

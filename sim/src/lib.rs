@@ -31,10 +31,10 @@ mod state;
 mod store;
 mod sysfs_view;
 mod telemetry;
-mod vgpu_usage;
 mod tree;
 mod util;
 mod vgpu_host;
+mod vgpu_usage;
 
 pub use amd_view::SimAmd;
 pub use error::SimError;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use gpu::nvml::{NvlinkFabric, fabric_peers};
 use gpu::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
-    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement,
-    Telemetry, VgpuTypeInfo, VgpuUsage, XidEvent,
+    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
+    VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 use ids::{PciAddress, PciVendorId, VgpuTypeId};
 
@@ -26,8 +26,8 @@ use crate::mig::{self, MigFamily};
 use crate::profile::GpuModel;
 use crate::state::{CiState, GiState, GpuState, Hw, State};
 use crate::telemetry;
-use crate::vgpu_usage as vgpu;
 use crate::util::derived_uuid;
+use crate::vgpu_usage as vgpu;
 
 /// The simulated host's NVML.
 #[derive(Debug, Clone)]
@@ -561,7 +561,11 @@ impl Nvml for SimNvml {
         self.look(calls::MIG_MEMORY, Some(index), |st, hw| {
             let g = gpu_at(st, hw, index)?;
             mig_on(st, &g)?;
-            let gis = st.gpus.get(&g.addr).map(|x| x.gis.as_slice()).unwrap_or(&[]);
+            let gis = st
+                .gpus
+                .get(&g.addr)
+                .map(|x| x.gis.as_slice())
+                .unwrap_or(&[]);
             let util = st.gpus.get(&g.addr).map_or(0, |x| x.telemetry.gpu_util);
             Ok(gis.iter().map(|gi| vgpu::mig_memory(gi, util)).collect())
         })

@@ -39,7 +39,10 @@ pub(crate) fn active(st: &State, gpu: PciAddress, model: &GpuModel) -> Vec<VgpuU
         .filter(|(_, p)| p.open)
         .filter_map(|(_, p)| {
             let vf = p.vf.as_ref()?;
-            let t = model.vgpu_types.iter().find(|t| Some(t.id) == vf.vgpu_type)?;
+            let t = model
+                .vgpu_types
+                .iter()
+                .find(|t| Some(t.id) == vf.vgpu_type)?;
             // Vendor-specific VFIO vGPUs have no mdev.
             Some((None, vf.gpu_instance, t.framebuffer_mib))
         });

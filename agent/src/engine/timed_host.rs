@@ -11,8 +11,8 @@ use inventory::HostAccess;
 use sysfs::Sysfs;
 
 use super::error::{EngineError, Result};
-use crate::metrics::Metrics;
 use super::vendor::{Runner, TimedAmd, TimedNvml};
+use crate::metrics::Metrics;
 
 /// Host access with every vendor call time-bounded.
 #[derive(Debug, Clone)]

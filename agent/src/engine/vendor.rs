@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use gpu::{
     AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, ComputeInstance, ComputeInstanceProfile,
-    DeviceInfo, GpuInstance, GpuInstanceProfile, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult,
-    PartitionState, Placement, Telemetry, VfCount, VgpuTypeInfo, VgpuUsage, XidEvent,
+    DeviceInfo, GpuInstance, GpuInstanceProfile, MigMemory, MigMode, Nvml, NvmlCode, NvmlError,
+    NvmlResult, PartitionState, Placement, Telemetry, VfCount, VgpuTypeInfo, VgpuUsage, XidEvent,
 };
 use ids::PciAddress;
 

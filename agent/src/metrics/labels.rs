@@ -17,7 +17,8 @@ pub fn failure_reason(e: &EngineError) -> &'static str {
             nvml_code: Some(_), ..
         }
         | EngineError::Host {
-            amd_status: Some(_), ..
+            amd_status: Some(_),
+            ..
         } => "vendor",
         EngineError::Host { .. } | EngineError::Store(_) | EngineError::LibvirtUnavailable(_) => {
             "internal"

@@ -92,13 +92,27 @@ pub fn render(
 fn device_families(registry: &mut Registry, s: &TelemetrySnapshot) {
     type Field = (&'static str, &'static str, fn(&gpu::Telemetry) -> f64);
     let fields: [Field; 11] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |t| f64::from(t.gpu_util_pct)),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", |t| {
-            f64::from(t.mem_copy_util_pct)
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |t| {
+            f64::from(t.gpu_util_pct)
         }),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", |t| t.fb_used_mib as f64),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |t| t.fb_free_mib as f64),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |t| f64::from(t.temperature_c)),
+        (
+            "DCGM_FI_DEV_MEM_COPY_UTIL",
+            "Memory utilization (in %).",
+            |t| f64::from(t.mem_copy_util_pct),
+        ),
+        (
+            "DCGM_FI_DEV_FB_USED",
+            "Framebuffer memory used (in MiB).",
+            |t| t.fb_used_mib as f64,
+        ),
+        (
+            "DCGM_FI_DEV_FB_FREE",
+            "Framebuffer memory free (in MiB).",
+            |t| t.fb_free_mib as f64,
+        ),
+        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |t| {
+            f64::from(t.temperature_c)
+        }),
         ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |t| {
             f64::from(t.power_mw) / 1000.0
         }),
@@ -107,14 +121,24 @@ fn device_families(registry: &mut Registry, s: &TelemetrySnapshot) {
             "Total energy consumption since boot (in mJ).",
             |t| t.energy_mj as f64,
         ),
-        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |t| f64::from(t.sm_clock_mhz)),
-        ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", |t| {
-            f64::from(t.mem_clock_mhz)
+        (
+            "DCGM_FI_DEV_SM_CLOCK",
+            "SM clock frequency (in MHz).",
+            |t| f64::from(t.sm_clock_mhz),
+        ),
+        (
+            "DCGM_FI_DEV_MEM_CLOCK",
+            "Memory clock frequency (in MHz).",
+            |t| f64::from(t.mem_clock_mhz),
+        ),
+        ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", |t| {
+            f64::from(t.pcie_link_gen)
         }),
-        ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", |t| f64::from(t.pcie_link_gen)),
-        ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe link width (lanes).", |t| {
-            f64::from(t.pcie_link_width)
-        }),
+        (
+            "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+            "PCIe link width (lanes).",
+            |t| f64::from(t.pcie_link_width),
+        ),
     ];
     for (name, help, value) in fields {
         let mut rows: FloatRows = s
@@ -179,7 +203,12 @@ fn health_families(registry: &mut Registry, s: &TelemetrySnapshot) {
             (labels, 1)
         })
         .collect();
-    int_gauge(registry, "vgpud_gpu_info", "GPUs on the host (always 1)", info);
+    int_gauge(
+        registry,
+        "vgpud_gpu_info",
+        "GPUs on the host (always 1)",
+        info,
+    );
     let mut health = Vec::new();
     for g in &s.gpus {
         for state in HEALTH_STATES {

@@ -71,7 +71,10 @@ mod tests {
         assert_eq!(idle.get("c"), Some(&1));
         // Busy once: the spell starts again.
         assert!(t.update(&quiet(0.5), 0.05, w, t0 + 2 * w).is_empty());
-        assert!(t.update(&quiet(0.0), 0.05, w, t0 + 2 * w + Duration::from_secs(1)).is_empty());
+        assert!(
+            t.update(&quiet(0.0), 0.05, w, t0 + 2 * w + Duration::from_secs(1))
+                .is_empty()
+        );
         // No reading: never idle.
         let unknown = [Held {
             slice: "s1",

@@ -340,12 +340,16 @@ fn slice_snapshot(
 /// has no per-instance utilisation without GPM).
 fn usage_of(s: &Slice, r: &GpuReading) -> (Option<u64>, Option<f64>) {
     let h = &s.handles;
-    let vgpu = r.vgpus.iter().find(|v| match (&h.mdev_uuid, h.gpu_instance_id) {
-        (Some(u), _) => v.mdev_uuid.as_deref() == Some(u.to_string().as_str()),
-        (None, Some(gi)) => matches!(s.spec.kind, SliceKind::NvidiaVfio { .. })
-            && v.gpu_instance_id == Some(gi),
-        (None, None) => false,
-    });
+    let vgpu = r
+        .vgpus
+        .iter()
+        .find(|v| match (&h.mdev_uuid, h.gpu_instance_id) {
+            (Some(u), _) => v.mdev_uuid.as_deref() == Some(u.to_string().as_str()),
+            (None, Some(gi)) => {
+                matches!(s.spec.kind, SliceKind::NvidiaVfio { .. }) && v.gpu_instance_id == Some(gi)
+            }
+            (None, None) => false,
+        });
     if let Some(v) = vgpu {
         return (
             Some(v.fb_used_bytes),

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
+use agent::metrics::render::CONTENT_TYPE;
 use agent::service::Service;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Router, middleware};
-use agent::metrics::render::CONTENT_TYPE;
 
 use super::extract::json_errors;
 use super::{AppState, RestOptions};

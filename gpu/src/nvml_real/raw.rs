@@ -380,7 +380,10 @@ pub(crate) fn active_vgpus(device: &Device<'_>) -> NvmlResult<Vec<u32>> {
 /// `nvmlDeviceGetVgpuUtilization`: the SM utilisation, percent, of each vGPU instance NVML has a
 /// sample for since `lastSeenTimeStamp` 0 (its whole buffer). Instances without a sample are
 /// left out; `NOT_FOUND` (no sample at all yet) is an empty answer (NVML API reference).
-pub(crate) fn vgpu_utilization(device: &Device<'_>, instances: usize) -> NvmlResult<Vec<(u32, u32)>> {
+pub(crate) fn vgpu_utilization(
+    device: &Device<'_>,
+    instances: usize,
+) -> NvmlResult<Vec<(u32, u32)>> {
     const CALL: &str = "nvmlDeviceGetVgpuUtilization";
     let f = sym(&lib(device).nvmlDeviceGetVgpuUtilization, CALL)?;
     if instances == 0 {
