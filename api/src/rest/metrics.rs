@@ -35,8 +35,9 @@ pub fn metrics_router(service: Service) -> Router {
         })
 }
 
-/// Metrics in the OpenMetrics text format, from the telemetry cache (never waits on the vendor
-/// library or the engine).
+/// Metrics in the OpenMetrics text format.
+///
+/// Rendered from the telemetry cache: a scrape never waits on the vendor library or the engine.
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String)))]
 pub(super) async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
