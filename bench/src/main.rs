@@ -8,6 +8,7 @@ mod latency;
 mod mix;
 mod openb;
 mod replay;
+mod scrape;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -97,6 +98,19 @@ enum Cmd {
         /// Random seed.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// `/metrics` scrape latency on 8 GPUs × 7 slices and 16 GPUs × 32 slices while every NVML
+    /// call is delayed.
+    MetricsScrape {
+        /// Scrapes to time per host.
+        #[arg(long, default_value_t = 2_000)]
+        scrapes: usize,
+        /// Delay of every NVML call, ms.
+        #[arg(long, default_value_t = 200)]
+        hang_ms: u64,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -504,7 +518,37 @@ fn main() -> anyhow::Result<()> {
             seed,
             json,
         } => sched_latency(live, decisions, seed, json),
+        Cmd::MetricsScrape {
+            scrapes,
+            hang_ms,
+            json,
+        } => metrics_scrape(scrapes, hang_ms, json),
     }
+}
+
+fn metrics_scrape(scrapes: usize, hang_ms: u64, json_out: Option<PathBuf>) -> anyhow::Result<()> {
+    println!(
+        "{:<6} {:>5} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}",
+        "host", "gpus", "slices", "series", "bytes", "scrapes", "p50 ms", "p99 ms", "max ms", "polls"
+    );
+    let mut out = Vec::new();
+    for case in scrape::cases()? {
+        let r = scrape::run(&case, scrapes, hang_ms)?;
+        println!(
+            "{:<6} {:>5} {:>7} {:>7} {:>8} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>6}",
+            r.case, r.gpus, r.slices, r.series, r.bytes, r.scrapes, r.p50_ms, r.p99_ms, r.max_ms,
+            r.polls_during
+        );
+        out.push(r);
+    }
+    if let Some(path) = json_out {
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&json!({"hang_ms": hang_ms, "results": out}))?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
