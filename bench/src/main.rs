@@ -529,14 +529,31 @@ fn main() -> anyhow::Result<()> {
 fn metrics_scrape(scrapes: usize, hang_ms: u64, json_out: Option<PathBuf>) -> anyhow::Result<()> {
     println!(
         "{:<6} {:>5} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}",
-        "host", "gpus", "slices", "series", "bytes", "scrapes", "p50 ms", "p99 ms", "max ms", "polls"
+        "host",
+        "gpus",
+        "slices",
+        "series",
+        "bytes",
+        "scrapes",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "polls"
     );
     let mut out = Vec::new();
     for case in scrape::cases()? {
         let r = scrape::run(&case, scrapes, hang_ms)?;
         println!(
             "{:<6} {:>5} {:>7} {:>7} {:>8} {:>8} {:>8.3} {:>8.3} {:>8.3} {:>6}",
-            r.case, r.gpus, r.slices, r.series, r.bytes, r.scrapes, r.p50_ms, r.p99_ms, r.max_ms,
+            r.case,
+            r.gpus,
+            r.slices,
+            r.series,
+            r.bytes,
+            r.scrapes,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
             r.polls_during
         );
         out.push(r);

@@ -117,8 +117,7 @@ pub fn cases() -> anyhow::Result<Vec<Case>> {
     Ok(vec![
         Case {
             name: "8x7",
-            profile: Profile::builtin("dgx-a100")
-                .map_err(|e| anyhow::anyhow!("dgx-a100: {e}"))?,
+            profile: Profile::builtin("dgx-a100").map_err(|e| anyhow::anyhow!("dgx-a100: {e}"))?,
             slice_type: "1g.10gb",
             per_gpu: 7,
         },

@@ -800,6 +800,124 @@ mod tests {
         }
     "#;
 
+    /// A vGPU host with MIG on: two active vGPUs (an mdev one, time-sliced, and one in GPU
+    /// instance 3, which NVML has a utilisation sample for) and two MIG devices (GPU instances 3
+    /// and 4) behind a three-slot MIG device table.
+    const STUB_USAGE: &str = r#"
+        typedef struct { unsigned version; unsigned long long total, reserved, free, used; } mem2_t;
+        typedef struct {
+            unsigned vgpuInstance;
+            unsigned long long timeStamp;
+            unsigned long long smUtil, memUtil, encUtil, decUtil;
+        } sample_t;
+        static int gpu, migs[2];
+        int nvmlInit_v2(void) { return INIT_RESULT; }
+        int nvmlShutdown(void) { return 0; }
+        int nvmlDeviceGetCount_v2(unsigned *c) { *c = 1; return 0; }
+        int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) {
+            if (i != 0) return 2;
+            *d = &gpu;
+            return 0;
+        }
+        int nvmlDeviceGetActiveVgpus(void *d, unsigned *count, unsigned *ids) {
+            if (*count < 2) { *count = 2; return 7; }
+            ids[0] = 11; ids[1] = 12; *count = 2;
+            return 0;
+        }
+        int nvmlVgpuInstanceGetMdevUUID(unsigned id, char *buf, unsigned size) {
+            const char *u = id == 11 ? "5b6f7c2e-1a2b-4c3d-8e9f-0a1b2c3d4e5f" : "";
+            for (unsigned i = 0; i < size; i++) { buf[i] = u[i]; if (!u[i]) break; }
+            return 0;
+        }
+        int nvmlVgpuInstanceGetGpuInstanceId(unsigned id, unsigned *gi) {
+            *gi = id == 11 ? 0xFFFFFFFFu : 3;
+            return 0;
+        }
+        int nvmlVgpuInstanceGetFbUsage(unsigned id, unsigned long long *fb) {
+            *fb = (unsigned long long)(id - 10) << 30;
+            return 0;
+        }
+        int nvmlDeviceGetVgpuUtilization(void *d, unsigned long long last, int *type,
+                                         unsigned *count, sample_t *s) {
+            if (*count < 1) return 7;
+            *type = 1;
+            s[0].vgpuInstance = 12; s[0].timeStamp = 1;
+            s[0].smUtil = 37;
+            *count = 1;
+            return 0;
+        }
+        int nvmlDeviceGetMaxMigDeviceCount(void *d, unsigned *c) { *c = 3; return 0; }
+        int nvmlDeviceGetMigDeviceHandleByIndex(void *d, unsigned i, void **m) {
+            if (i >= 2) return 6;
+            *m = &migs[i];
+            return 0;
+        }
+        int nvmlDeviceGetGpuInstanceId(void *m, unsigned *id) {
+            *id = 3 + (unsigned)((int *)m - migs);
+            return 0;
+        }
+        int nvmlDeviceGetMemoryInfo_v2(void *m, mem2_t *info) {
+            if (info->version != (sizeof(*info) | (2u << 24))) return 25;
+            info->total = 20ull << 30; info->used = (1ull << 20) * (1 + ((int *)m - migs));
+            info->free = info->total - info->used;
+            return 0;
+        }
+    "#;
+
+    #[test]
+    fn stub_vgpu_usage_and_mig_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvml = NvmlLibrary::load_from(build_stub(dir.path(), STUB_USAGE, 0)).unwrap();
+        let usage = nvml.vgpu_usage(0).unwrap();
+        assert_eq!(
+            usage,
+            [
+                VgpuUsage {
+                    instance: 11,
+                    mdev_uuid: Some("5b6f7c2e-1a2b-4c3d-8e9f-0a1b2c3d4e5f".into()),
+                    gpu_instance_id: None,
+                    fb_used_bytes: 1 << 30,
+                    sm_util_pct: None,
+                },
+                VgpuUsage {
+                    instance: 12,
+                    mdev_uuid: None,
+                    gpu_instance_id: Some(3),
+                    fb_used_bytes: 2 << 30,
+                    sm_util_pct: Some(37),
+                },
+            ]
+        );
+        let mig = nvml.mig_memory(0).unwrap();
+        assert_eq!(
+            mig,
+            [
+                MigMemory {
+                    gpu_instance_id: 3,
+                    used_bytes: 1 << 20,
+                    total_bytes: 20 << 30
+                },
+                MigMemory {
+                    gpu_instance_id: 4,
+                    used_bytes: 2 << 20,
+                    total_bytes: 20 << 30
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn stub_without_vgpu_symbols_has_no_vgpus_and_no_mig_devices() {
+        // A bare-metal driver: the vGPU calls are missing (FUNCTION_NOT_FOUND).
+        let dir = tempfile::tempdir().unwrap();
+        let nvml = NvmlLibrary::load_from(stub_nvml(dir.path(), 0)).unwrap();
+        assert_eq!(nvml.vgpu_usage(0), Ok(Vec::new()));
+        assert_eq!(
+            nvml.mig_memory(0).unwrap_err().code,
+            NvmlCode::FUNCTION_NOT_FOUND
+        );
+    }
+
     #[test]
     fn stub_nvswitch_fabric_peers() {
         let dir = tempfile::tempdir().unwrap();
