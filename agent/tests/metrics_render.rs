@@ -320,3 +320,58 @@ fn a_gpu_whose_telemetry_fails_drops_out_of_the_device_gauges_and_counts_errors(
     let later = s.metrics_text().unwrap();
     assert!(value(&later, "vgpud_telemetry_age_seconds", &here).unwrap() > age);
 }
+
+/// A poller with its idle rule set to `threshold` (0..1) and `window`.
+fn idle_poller(s: &Service, threshold: f64, window: std::time::Duration) -> Poller {
+    let settings = PollerSettings {
+        idle_threshold: threshold,
+        idle_window: window,
+        ..PollerSettings::default()
+    };
+    Poller::new(s.engine().clone(), s.telemetry_cache(), settings)
+}
+
+#[test]
+fn a_running_vgpu_reports_its_framebuffer_utilisation_and_idleness() {
+    const T4: &str = "0000:41:00.0";
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, s) = service("vdi-mixed", dir.path());
+    let a = s.allocate(request("desk", "nvidia-222", Some(T4))).unwrap();
+    let slice = s.slice(a.slices[0]).unwrap();
+    let id = slice.id.to_string();
+    let here = [("slice", id.as_str()), ("pci_bus_id", T4)];
+    // No VM runs on it yet: NVML lists no active vGPU, so there is no usage to report.
+    let text = scrape(&s);
+    assert_eq!(value(&text, "vgpud_slice_info", &here), Some(1.0));
+    assert!(matching(&text, "vgpud_slice_framebuffer_used_bytes", &here).is_empty());
+    assert!(matching(&text, "vgpud_slice_utilization_ratio", &here).is_empty());
+
+    sim.set_vfio_open(slice.handles.mdev_uuid.unwrap(), true)
+        .unwrap();
+    let window = std::time::Duration::from_millis(30);
+    // Everything is under a 100 % threshold: idle once the window has passed.
+    let mut p = idle_poller(&s, 1.0, window);
+    p.poll_once();
+    let text = s.metrics_text().unwrap();
+    let fb = value(&text, "vgpud_slice_framebuffer_used_bytes", &here).unwrap();
+    // A T4-1B has 1 GiB: its guest uses part of it.
+    assert!(fb > 0.0 && fb <= f64::from(1u32 << 30), "{fb}");
+    let util = value(&text, "vgpud_slice_utilization_ratio", &here).unwrap();
+    assert!((0.0..=1.0).contains(&util), "{util}");
+    assert!(matching(&text, "vgpud_slices_idle", &[("consumer", "desk")]).is_empty());
+    std::thread::sleep(window * 2);
+    p.poll_once();
+    let text = s.metrics_text().unwrap();
+    assert_eq!(
+        value(&text, "vgpud_slices_idle", &[("consumer", "desk")]),
+        Some(1.0)
+    );
+
+    // Nothing is under a 0 % threshold.
+    let mut busy = idle_poller(&s, 0.0, window);
+    busy.poll_once();
+    std::thread::sleep(window * 2);
+    busy.poll_once();
+    let text = s.metrics_text().unwrap();
+    assert!(matching(&text, "vgpud_slices_idle", &[("consumer", "desk")]).is_empty());
+}
