@@ -25,6 +25,7 @@ use crate::nvml::{
     MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
     VgpuTypeInfo, XidEvent,
 };
+use crate::nvml::HealthSignals;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -149,6 +150,19 @@ fn optional<T: Default>(call: &'static str, value: Result<T, WrapperError>) -> N
             Ok(T::default())
         }
         other => other,
+    }
+}
+
+/// A health signal, or `None` when the GPU does not report it: NOT_SUPPORTED (ECC off, no row
+/// remapping before Ampere, no page retirement after it) and a symbol the driver lacks are
+/// absence, not failure; GPU_IS_LOST and the rest stay errors.
+fn signal<T>(call: &'static str, value: Result<T, WrapperError>) -> NvmlResult<Option<T>> {
+    match value.map_err(wrap(call)) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -426,6 +440,35 @@ impl Nvml for NvmlLibrary {
 
     fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>> {
         self.nvlink_peers_of(index)
+    }
+
+    fn health_signals(&self, index: u32) -> NvmlResult<HealthSignals> {
+        use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
+        const ECC: &str = "nvmlDeviceGetTotalEccErrors";
+        const RETIRED: &str = "nvmlDeviceGetRetiredPages_v2";
+        let device = self.device(index)?;
+        let ecc = |kind| signal(ECC, device.total_ecc_errors(kind, EccCounter::Volatile));
+        let retired = |cause| {
+            signal(RETIRED, device.retired_pages(cause)).map(|p| p.map(|p| p.len() as u64))
+        };
+        let rows = raw::remapped_rows(&device)?;
+        Ok(HealthSignals {
+            ecc_sbe_volatile: ecc(MemoryError::Corrected)?,
+            ecc_dbe_volatile: ecc(MemoryError::Uncorrected)?,
+            retired_sbe: retired(RetirementCause::MultipleSingleBitEccErrors)?,
+            retired_dbe: retired(RetirementCause::DoubleBitEccError)?,
+            retired_pending: signal(
+                "nvmlDeviceGetRetiredPagesPendingStatus",
+                device.are_pages_pending_retired(),
+            )?,
+            remapped_correctable: rows.map(|r| r.correctable),
+            remapped_uncorrectable: rows.map(|r| r.uncorrectable),
+            remap_failure: rows.map(|r| r.failure),
+            clock_event_reasons: signal(
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                device.current_throttle_reasons().map(|r| r.bits()),
+            )?,
+        })
     }
 
     fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>> {
