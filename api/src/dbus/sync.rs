@@ -309,6 +309,16 @@ async fn emit_event(conn: &Connection, event: &Event) -> zbus::Result<()> {
             allocation,
             reason,
         } => ManagerObject::stale_vm_link(e, domain, allocation, reason).await,
+        Event::GpuQuarantined {
+            gpu,
+            reason,
+            source,
+        } => {
+            ManagerObject::gpu_quarantined(e, &gpu.to_string(), reason, source.as_str()).await
+        }
+        Event::GpuReleased { gpu, how } => {
+            ManagerObject::gpu_released(e, &gpu.to_string(), how.as_str()).await
+        }
         Event::ReconcileDone {
             recreated,
             intents_resolved,

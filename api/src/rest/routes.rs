@@ -33,6 +33,8 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(get_host))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
+        .routes(routes!(super::health::quarantine_gpu))
+        .routes(routes!(super::health::release_gpu))
         .routes(routes!(list_slices, create_slice))
         .routes(routes!(get_slice, destroy_slice))
         .routes(routes!(list_allocations, create_allocation))
