@@ -564,7 +564,10 @@ mod tests {
             ("[health]\nquiet_period_s = 0", "health.quiet_period_s"),
             ("[health]\ncheck_interval_s = 0", "health.check_interval_s"),
             ("[health]\nignored_xids = [0]", "health.ignored_xids"),
-            ("[health]\nquarantine_xids = [70000]", "health.quarantine_xids"),
+            (
+                "[health]\nquarantine_xids = [70000]",
+                "health.quarantine_xids",
+            ),
             (
                 "[api]\nheader_read_timeout_ms = 0",
                 "api.header_read_timeout_ms",

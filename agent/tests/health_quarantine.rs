@@ -76,14 +76,20 @@ fn xid_79_quarantines_and_new_work_there_is_refused_with_the_reason() {
     assert!(refused.to_string().contains("Xid 79"), "{refused}");
     // Elsewhere, allocations go on: never on the quarantined GPU.
     for i in 0..8 {
-        let a = s.allocate(request(&format!("c{i}"), "3g.40gb", None)).unwrap();
+        let a = s
+            .allocate(request(&format!("c{i}"), "3g.40gb", None))
+            .unwrap();
         for id in &a.slices {
             assert_ne!(s.slice(*id).unwrap().spec.gpu.to_string(), GPU);
         }
     }
     let d = s.gpu(addr(GPU)).unwrap();
     assert_eq!(d.health, GpuHealth::Quarantined);
-    assert!(d.health_reasons[0].contains("Xid 79"), "{:?}", d.health_reasons);
+    assert!(
+        d.health_reasons[0].contains("Xid 79"),
+        "{:?}",
+        d.health_reasons
+    );
     let view = s.health_view();
     let v = view.iter().find(|v| v.address == addr(GPU)).unwrap();
     assert_eq!(v.state, HealthState::Quarantined);
@@ -91,7 +97,11 @@ fn xid_79_quarantines_and_new_work_there_is_refused_with_the_reason() {
     assert_eq!(v.last_xid, Some(79));
     assert_eq!(v.xid_events.len(), 1);
     assert_eq!(
-        (v.xid_events[0].xid, v.xid_events[0].action, v.xid_events[0].count),
+        (
+            v.xid_events[0].xid,
+            v.xid_events[0].action,
+            v.xid_events[0].count
+        ),
         (79, XidAction::Quarantine, 1)
     );
 }
@@ -129,7 +139,10 @@ fn a_quarantine_survives_reopening_the_engine() {
         s.health().wait_xid(1000);
     }
     let s = service_with(&h, dir.path(), settings(300_000));
-    let q = s.engine().quarantined(addr(GPU)).expect("still quarantined");
+    let q = s
+        .engine()
+        .quarantined(addr(GPU))
+        .expect("still quarantined");
     assert_eq!(q.reason, "Xid 48 (Double Bit ECC Error)");
     assert_eq!((q.source, q.xid), (QuarantineSource::Auto, Some(48)));
     let refused = s.allocate(request("t", "1g.10gb", Some(GPU))).unwrap_err();
@@ -144,7 +157,10 @@ fn the_probe_releases_after_a_quiet_period() {
     let mut events = s.subscribe();
     h.inject_xid(addr(GPU), 79).unwrap();
     s.health().wait_xid(1000);
-    assert!(s.health().recover().is_empty(), "the quiet period is not over");
+    assert!(
+        s.health().recover().is_empty(),
+        "the quiet period is not over"
+    );
     // A new quarantining Xid restarts the quiet period.
     std::thread::sleep(Duration::from_millis(500));
     h.inject_xid(addr(GPU), 94).unwrap();
@@ -152,7 +168,10 @@ fn the_probe_releases_after_a_quiet_period() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(s.health().recover().is_empty(), "restarted by Xid 94");
     std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(s.health().recover(), vec![ProbeOutcome::Released(addr(GPU))]);
+    assert_eq!(
+        s.health().recover(),
+        vec![ProbeOutcome::Released(addr(GPU))]
+    );
     assert!(s.engine().quarantined(addr(GPU)).is_none());
     next_health_event(&mut events);
     assert_eq!(
@@ -180,7 +199,10 @@ fn an_operator_quarantine_is_not_released_by_the_probe() {
     std::thread::sleep(Duration::from_millis(300));
     assert!(s.health().recover().is_empty());
     let q = s.engine().quarantined(addr(GPU)).unwrap();
-    assert_eq!((q.source, q.reason.as_str()), (QuarantineSource::Operator, "fan replacement"));
+    assert_eq!(
+        (q.source, q.reason.as_str()),
+        (QuarantineSource::Operator, "fan replacement")
+    );
     let released = s.release_gpu(addr(GPU)).unwrap();
     assert_eq!(released.reason, "fan replacement");
     assert_eq!(s.release_gpu(addr(GPU)).unwrap_err().code(), "conflict");
@@ -222,7 +244,10 @@ fn a_lost_gpu_is_quarantined_and_stays_so_until_it_answers() {
     // The failed probe waits another quiet period.
     assert!(s.health().recover().is_empty());
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(s.health().recover(), vec![ProbeOutcome::Released(addr(GPU))]);
+    assert_eq!(
+        s.health().recover(),
+        vec![ProbeOutcome::Released(addr(GPU))]
+    );
 }
 
 #[test]
@@ -240,7 +265,10 @@ fn memory_errors_quarantine_and_slowdowns_degrade() {
     s.health().check();
     let q = s.engine().quarantined(addr(GPU)).expect("DBE quarantines");
     assert!(q.reason.contains("double-bit"), "{}", q.reason);
-    assert!(s.engine().quarantined(other).is_none(), "a slowdown does not");
+    assert!(
+        s.engine().quarantined(other).is_none(),
+        "a slowdown does not"
+    );
     let d = s.gpu(other).unwrap();
     assert_eq!(d.health, GpuHealth::Degraded);
     assert!(
@@ -251,7 +279,10 @@ fn memory_errors_quarantine_and_slowdowns_degrade() {
     // No new error: the probe passes after the quiet period.
     std::thread::sleep(Duration::from_millis(200));
     s.health().check();
-    assert_eq!(s.health().recover(), vec![ProbeOutcome::Released(addr(GPU))]);
+    assert_eq!(
+        s.health().recover(),
+        vec![ProbeOutcome::Released(addr(GPU))]
+    );
     let v = s.health_view();
     let v = v.iter().find(|v| v.address == addr(GPU)).unwrap();
     assert_eq!(v.signals.and_then(|s| s.ecc_dbe_volatile), Some(1));

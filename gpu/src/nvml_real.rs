@@ -20,12 +20,12 @@ use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::{Device, Nvml as Wrapper};
 use nvml_wrapper_sys::bindings as sys;
 
+use crate::nvml::HealthSignals;
 use crate::nvml::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
     MigActivation, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
     VgpuTypeInfo, XidEvent,
 };
-use crate::nvml::HealthSignals;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -448,9 +448,8 @@ impl Nvml for NvmlLibrary {
         const RETIRED: &str = "nvmlDeviceGetRetiredPages_v2";
         let device = self.device(index)?;
         let ecc = |kind| signal(ECC, device.total_ecc_errors(kind, EccCounter::Volatile));
-        let retired = |cause| {
-            signal(RETIRED, device.retired_pages(cause)).map(|p| p.map(|p| p.len() as u64))
-        };
+        let retired =
+            |cause| signal(RETIRED, device.retired_pages(cause)).map(|p| p.map(|p| p.len() as u64));
         let rows = raw::remapped_rows(&device)?;
         Ok(HealthSignals {
             ecc_sbe_volatile: ecc(MemoryError::Corrected)?,

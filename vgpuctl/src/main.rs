@@ -63,7 +63,11 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             let body = json!({ "reason": reason });
             let q = client.call("POST", &path, &[], Some(&body)).await?.body;
             show(json, q, |q| {
-                format!("GPU {address} quarantined since {}: {}\n", q["since"].as_str().unwrap_or("?"), q["reason"].as_str().unwrap_or(""))
+                format!(
+                    "GPU {address} quarantined since {}: {}\n",
+                    q["since"].as_str().unwrap_or("?"),
+                    q["reason"].as_str().unwrap_or("")
+                )
             })
         }
         Command::Gpu {

@@ -78,14 +78,24 @@ impl Daemon {
 
     fn stop(mut self) {
         let pid = self.child.0.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.0.try_wait().unwrap() {
                 assert!(status.success(), "{status}:\n{}", self.log_text());
                 return;
             }
-            assert!(Instant::now() < deadline, "vgpud did not stop:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "vgpud did not stop:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -119,7 +129,10 @@ fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, St
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    (head.split(' ').nth(1).unwrap().parse().unwrap(), body.to_owned())
+    (
+        head.split(' ').nth(1).unwrap().parse().unwrap(),
+        body.to_owned(),
+    )
 }
 
 /// `GET /v1/events`, read on a thread into a buffer the test looks at.
@@ -135,7 +148,9 @@ fn event_stream(socket: &Path) -> Arc<Mutex<String>> {
             if n == 0 {
                 break;
             }
-            out.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            out.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
     // The subscription exists once the response head came.
@@ -182,8 +197,10 @@ fn private_bus(dir: &Path) -> Option<(Kill, Kill, PathBuf, String)> {
             .spawn()
             .unwrap(),
     );
-    wait_for(Duration::from_secs(10), || dir.join("bus").exists().then_some(()))
-        .expect("the private bus starts");
+    wait_for(Duration::from_secs(10), || {
+        dir.join("bus").exists().then_some(())
+    })
+    .expect("the private bus starts");
     let signals = dir.join("signals.txt");
     let monitor = Kill(
         Command::new("dbus-monitor")
@@ -224,13 +241,29 @@ fn xid_79_quarantines_refuses_then_the_probe_releases_and_xid_13_changes_nothing
     // Xid 79: quarantined, with an event on both front ends.
     sim(dir.path(), &["xid", "--gpu", GPU, "79"]);
     wait_for(Duration::from_secs(10), || {
-        events.lock().unwrap().contains("event: gpu_quarantined").then_some(())
+        events
+            .lock()
+            .unwrap()
+            .contains("event: gpu_quarantined")
+            .then_some(())
     })
     .unwrap_or_else(|| panic!("no gpu_quarantined event: {}", events.lock().unwrap()));
-    assert!(events.lock().unwrap().contains("Xid 79 (GPU has fallen off the bus)"));
+    assert!(
+        events
+            .lock()
+            .unwrap()
+            .contains("Xid 79 (GPU has fallen off the bus)")
+    );
     if let Some((_, _, signals, _)) = &bus {
-        wait_for(Duration::from_secs(10), || signal_seen(signals, "GpuQuarantined").then_some(()))
-            .unwrap_or_else(|| panic!("no GpuQuarantined signal: {:?}", std::fs::read_to_string(signals)));
+        wait_for(Duration::from_secs(10), || {
+            signal_seen(signals, "GpuQuarantined").then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no GpuQuarantined signal: {:?}",
+                std::fs::read_to_string(signals)
+            )
+        });
     }
     let (status, body) = http(&d.socket, "POST", "/v1/allocations", Some(ALLOC_ON_GPU));
     assert_eq!(status, 409, "{body}");
@@ -243,13 +276,19 @@ fn xid_79_quarantines_refuses_then_the_probe_releases_and_xid_13_changes_nothing
 
     // Quiet for 1 s: the probe passes and the GPU is back.
     wait_for(Duration::from_secs(15), || {
-        events.lock().unwrap().contains("event: gpu_released").then_some(())
+        events
+            .lock()
+            .unwrap()
+            .contains("event: gpu_released")
+            .then_some(())
     })
     .unwrap_or_else(|| panic!("no gpu_released event: {}", events.lock().unwrap()));
     assert!(events.lock().unwrap().contains(r#""how":"probe""#));
     if let Some((_, _, signals, _)) = &bus {
-        wait_for(Duration::from_secs(10), || signal_seen(signals, "GpuReleased").then_some(()))
-            .expect("a GpuReleased signal");
+        wait_for(Duration::from_secs(10), || {
+            signal_seen(signals, "GpuReleased").then_some(())
+        })
+        .expect("a GpuReleased signal");
     }
     let (status, body) = http(&d.socket, "POST", "/v1/allocations", Some(ALLOC_ON_GPU));
     assert_eq!(status, 201, "{body}");
@@ -276,7 +315,10 @@ fn an_operator_quarantine_over_rest_survives_a_restart_and_only_a_release_ends_i
     std::thread::sleep(Duration::from_secs(3));
     let (status, body) = http(&d.socket, "POST", "/v1/allocations", Some(ALLOC_ON_GPU));
     assert_eq!(status, 409, "{body}");
-    assert!(body.contains("is quarantined since") && body.contains("fan swap"), "{body}");
+    assert!(
+        body.contains("is quarantined since") && body.contains("fan swap"),
+        "{body}"
+    );
     let (_, gpu) = http(&d.socket, "GET", &format!("/v1/gpus/{GPU}"), None);
     assert!(gpu.contains(r#""health":"quarantined""#), "{gpu}");
     let release = format!("/v1/gpus/{GPU}/release");

@@ -4,8 +4,8 @@ use ids::PciAddress;
 use serde::{Deserialize, Serialize};
 
 use super::layout::LayoutState;
-use crate::health::quarantine::{QuarantineSource, ReleaseHow};
 use super::model::{AllocationId, BackendKind, DeviceRef, SliceId};
+use crate::health::quarantine::{QuarantineSource, ReleaseHow};
 
 /// Something that happened to slices, allocations or layouts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,10 @@ use super::handle::Engine;
 impl Engine {
     /// Runs `f` on the host's NVML, every call time-bounded as the engine's own are; `None`
     /// when the host has no NVML (no NVIDIA driver, or an AMD-only host).
-    pub fn with_nvml<T>(&self, f: impl FnOnce(&dyn Nvml) -> NvmlResult<T>) -> Option<NvmlResult<T>> {
+    pub fn with_nvml<T>(
+        &self,
+        f: impl FnOnce(&dyn Nvml) -> NvmlResult<T>,
+    ) -> Option<NvmlResult<T>> {
         self.host().nvml().ok().map(f)
     }
 
@@ -19,9 +22,11 @@ impl Engine {
     pub fn allocated_on(&self, gpu: PciAddress) -> bool {
         self.read(|d| {
             d.allocations.values().any(|a| {
-                a.slices
-                    .iter()
-                    .any(|s| d.slices.get(s).is_some_and(|o| o.spec.gpu.pci() == Some(gpu)))
+                a.slices.iter().any(|s| {
+                    d.slices
+                        .get(s)
+                        .is_some_and(|o| o.spec.gpu.pci() == Some(gpu))
+                })
             })
         })
     }
@@ -30,7 +35,10 @@ impl Engine {
     /// operation runs meanwhile. The kernel refuses while the device is in use; that refusal
     /// is `busy`.
     pub fn reset_gpu(&self, gpu: PciAddress) -> Result<()> {
-        let _gpu = self.inner.gpu_locks.lock(super::model::DeviceRef::from(gpu));
+        let _gpu = self
+            .inner
+            .gpu_locks
+            .lock(super::model::DeviceRef::from(gpu));
         vfio::reset_function(self.host().fs(), gpu)
             .map_err(|e| EngineError::from_vfio(format!("cannot reset GPU {gpu}"), e))?;
         tracing::info!(%gpu, "GPU reset");

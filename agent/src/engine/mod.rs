@@ -57,8 +57,8 @@ pub use layout::{
     AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
 };
 pub use model::*;
-pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use quarantine::{Quarantined, check_reason};
+pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};
 pub use scheduling::Scheduling;

@@ -81,7 +81,9 @@ impl Engine {
     pub fn release_gpu(&self, gpu: PciAddress, how: ReleaseHow) -> Result<Quarantine> {
         let removed = self.write(|d| d.quarantine.remove(&gpu))?;
         let Some(record) = removed else {
-            return Err(EngineError::Conflict(format!("GPU {gpu} is not quarantined")));
+            return Err(EngineError::Conflict(format!(
+                "GPU {gpu} is not quarantined"
+            )));
         };
         tracing::info!(%gpu, how = how.as_str(), "GPU released from quarantine");
         self.emit(Event::GpuReleased { gpu, how });

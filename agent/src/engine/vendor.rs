@@ -278,9 +278,11 @@ impl Nvml for TimedNvml {
         })
     }
     fn health_signals(&self, i: u32) -> NvmlResult<gpu::HealthSignals> {
-        self.call(Gate::NvmlIndex(i), "nvmlDeviceGetTotalEccErrors", move |n| {
-            n.health_signals(i)
-        })
+        self.call(
+            Gate::NvmlIndex(i),
+            "nvmlDeviceGetTotalEccErrors",
+            move |n| n.health_signals(i),
+        )
     }
 }
 

@@ -122,7 +122,11 @@ mod tests {
         let p = XidPolicy::new(&[13, 79], &[13]);
         assert_eq!(p.classify(13), XidAction::Quarantine);
         assert_eq!(p.classify(79), XidAction::Ignore);
-        assert_eq!(p.classify(31), XidAction::Quarantine, "not in the configured list");
+        assert_eq!(
+            p.classify(31),
+            XidAction::Quarantine,
+            "not in the configured list"
+        );
     }
 
     #[test]

@@ -83,7 +83,10 @@ mod tests {
     #[test]
     fn a_healthy_reading_and_power_capping_are_fine() {
         assert_eq!(judge(None, &healthy()), SignalVerdict::default());
-        assert_eq!(judge(None, &HealthSignals::default()), SignalVerdict::default());
+        assert_eq!(
+            judge(None, &HealthSignals::default()),
+            SignalVerdict::default()
+        );
     }
 
     #[test]

@@ -313,9 +313,7 @@ async fn emit_event(conn: &Connection, event: &Event) -> zbus::Result<()> {
             gpu,
             reason,
             source,
-        } => {
-            ManagerObject::gpu_quarantined(e, &gpu.to_string(), reason, source.as_str()).await
-        }
+        } => ManagerObject::gpu_quarantined(e, &gpu.to_string(), reason, source.as_str()).await,
         Event::GpuReleased { gpu, how } => {
             ManagerObject::gpu_released(e, &gpu.to_string(), how.as_str()).await
         }

@@ -370,7 +370,15 @@ pub(crate) fn remapped_rows(device: &Device<'_>) -> NvmlResult<Option<RemappedRo
     };
     let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
     // SAFETY: four valid out-pointers to `unsigned int`; the device handle is live.
-    let ret = unsafe { f(handle(device), &mut corr, &mut unc, &mut pending, &mut failure) };
+    let ret = unsafe {
+        f(
+            handle(device),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
+    };
     match check(CALL, ret) {
         Ok(()) => Ok(Some(RemappedRows {
             correctable: u64::from(corr),
