@@ -44,10 +44,8 @@ impl Engine {
         source: QuarantineSource,
         xid: Option<u64>,
     ) -> Result<Quarantined> {
-        if !self.inventory().gpus.iter().any(|g| g.pci_address == gpu) {
-            return Err(EngineError::NotFound(format!("GPU {gpu}")));
-        }
         let existing = self.quarantined(gpu);
+        // Checked before anything else: an Xid storm on a quarantined GPU costs no discovery.
         if let Some(q) = existing
             .as_ref()
             .filter(|q| q.source == QuarantineSource::Operator || source == QuarantineSource::Auto)
@@ -56,6 +54,9 @@ impl Engine {
                 record: q.clone(),
                 changed: false,
             });
+        }
+        if !self.inventory().gpus.iter().any(|g| g.pci_address == gpu) {
+            return Err(EngineError::NotFound(format!("GPU {gpu}")));
         }
         let record = Quarantine {
             gpu,

@@ -43,31 +43,49 @@ impl Health {
     /// Handles one Xid event: counts it, and quarantines its GPU when the policy says so. The
     /// event names the GPU by UUID; the inventory says which PCI device that is.
     pub fn on_xid(&self, event: &XidEvent) -> Option<XidAction> {
-        let inventory = self.engine.inventory();
-        let Some(gpu) = inventory
-            .gpus
-            .iter()
-            .find(|g| g.uuid.as_deref() == Some(event.gpu_uuid.as_str()))
-            .map(|g| g.pci_address)
-        else {
+        let Some(gpu) = self.gpu_of_uuid(&event.gpu_uuid) else {
             tracing::warn!(uuid = %event.gpu_uuid, xid = event.xid, "Xid on a GPU the inventory does not show");
             return None;
         };
         let action = self.settings.xids.classify(event.xid);
-        {
+        let count = {
             let mut ledger = self.ledger();
             let l = ledger.gpu(gpu);
             l.uuid = Some(event.gpu_uuid.clone());
             l.last_xid = Some(event.xid);
-            *l.xid_counts.entry((event.xid, action)).or_default() += 1;
-        }
+            let count = l.xid_counts.entry((event.xid, action)).or_default();
+            *count += 1;
+            *count
+        };
         match action {
-            XidAction::Ignore => {
-                tracing::info!(%gpu, xid = event.xid, "application Xid: the GPU stays in service");
+            // A guest's application can raise these at will: log the 1st, 2nd, 4th, 8th, …
+            // only, so it cannot flood the journal.
+            XidAction::Ignore if count.is_power_of_two() => {
+                tracing::info!(%gpu, xid = event.xid, count, "application Xid: the GPU stays in service");
             }
+            XidAction::Ignore => {}
             XidAction::Quarantine => self.flag(gpu, &xid_reason(event.xid), Some(event.xid), true),
         }
         Some(action)
+    }
+
+    /// The GPU with this UUID: the monitor's memory first (an Xid storm must not rediscover
+    /// the host per event), then the inventory.
+    fn gpu_of_uuid(&self, uuid: &str) -> Option<PciAddress> {
+        let known = self
+            .ledger()
+            .gpus
+            .iter()
+            .find(|(_, l)| l.uuid.as_deref() == Some(uuid))
+            .map(|(a, _)| *a);
+        known.or_else(|| {
+            self.engine
+                .inventory()
+                .gpus
+                .iter()
+                .find(|g| g.uuid.as_deref() == Some(uuid))
+                .map(|g| g.pci_address)
+        })
     }
 
     /// Checks every NVIDIA GPU once: a lost GPU and alarming health signals quarantine,
@@ -119,9 +137,7 @@ impl Health {
                     verdict
                 };
                 if let Some(why) = verdict.quarantine {
-                    // A new double-bit error is news; a flag that stays up is not.
-                    let news = why.contains("double-bit");
-                    self.flag(gpu, &why, None, news);
+                    self.flag(gpu, &why, None, verdict.news);
                 }
             }
             Some(Err(e)) if e.code == NvmlCode::GPU_IS_LOST => self.flag(gpu, LOST, None, false),

@@ -25,6 +25,9 @@ use gpu::{
 pub struct SignalVerdict {
     /// Why the GPU must be quarantined, when it must.
     pub quarantine: Option<String>,
+    /// Something new went wrong (new double-bit errors), not only a flag that stays up: it
+    /// restarts a quarantined GPU's quiet period.
+    pub news: bool,
     /// Why it is degraded (slowdowns); empty when it is not.
     pub degraded: Vec<String>,
 }
@@ -34,7 +37,8 @@ pub struct SignalVerdict {
 pub fn judge(previous: Option<&HealthSignals>, now: &HealthSignals) -> SignalVerdict {
     let mut bad = Vec::new();
     let before = previous.and_then(|p| p.ecc_dbe_volatile).unwrap_or(0);
-    if let Some(dbe) = now.ecc_dbe_volatile.filter(|d| *d > before) {
+    let new_dbe = now.ecc_dbe_volatile.filter(|d| *d > before);
+    if let Some(dbe) = new_dbe {
         bad.push(format!(
             "{} new double-bit ECC errors (volatile count {dbe})",
             dbe - before
@@ -48,6 +52,7 @@ pub fn judge(previous: Option<&HealthSignals>, now: &HealthSignals) -> SignalVer
     }
     SignalVerdict {
         quarantine: (!bad.is_empty()).then(|| bad.join("; ")),
+        news: new_dbe.is_some(),
         degraded: slowdowns(now.clock_event_reasons.unwrap_or(0)),
     }
 }
@@ -98,6 +103,7 @@ mod tests {
             v.quarantine.as_deref(),
             Some("2 new double-bit ECC errors (volatile count 2)")
         );
+        assert!(v.news);
         assert_eq!(judge(Some(&now), &now).quarantine, None);
     }
 
@@ -106,7 +112,9 @@ mod tests {
         let mut now = healthy();
         now.retired_pending = Some(true);
         now.remap_failure = Some(true);
-        let why = judge(Some(&healthy()), &now).quarantine.unwrap_or_default();
+        let v = judge(Some(&healthy()), &now);
+        assert!(!v.news, "flags that stay up are not news");
+        let why = v.quarantine.unwrap_or_default();
         assert!(why.contains("pending retirement"), "{why}");
         assert!(why.contains("row remapping failed"), "{why}");
     }
