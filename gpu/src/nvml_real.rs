@@ -610,6 +610,19 @@ mod tests {
     }
 
     #[test]
+    fn absent_health_signals_are_none_and_a_lost_gpu_an_error() {
+        assert_eq!(
+            signal::<u64>("x", Err(WrapperError::NotSupported)),
+            Ok(None)
+        );
+        let missing = WrapperError::FailedToLoadSymbol("x".into());
+        assert_eq!(signal::<bool>("x", Err(missing)), Ok(None));
+        assert_eq!(signal::<u64>("x", Ok(7)), Ok(Some(7)));
+        let lost = signal::<u64>("nvmlDeviceGetTotalEccErrors", Err(WrapperError::GpuLost));
+        assert_eq!(lost.unwrap_err().code, NvmlCode::GPU_IS_LOST);
+    }
+
+    #[test]
     fn profiles_convert_from_the_v2_struct() {
         let mut info = sys::nvmlGpuInstanceProfileInfo_v2_t {
             version: raw::GPU_INSTANCE_PROFILE_INFO_V2,
@@ -911,6 +924,9 @@ mod tests {
             }
             println!("vgpu types {:?}", nvml.supported_vgpu_types(index));
             println!("nvlink peers {:?}", nvml.nvlink_peers(index));
+            // A data-centre GPU with ECC on answers the counters; what it lacks is `None`.
+            let signals = nvml.health_signals(index).unwrap();
+            println!("health signals {signals:?}");
         }
         println!("xid {:?}", nvml.wait_xid_event(100));
     }
