@@ -328,3 +328,23 @@ fn no_reset_while_the_gpu_is_in_use() {
     h.set_gpu_clients(addr(GPU), false).unwrap();
     s.engine().reset_gpu(addr(GPU)).unwrap();
 }
+
+#[test]
+fn free_slices_on_a_quarantined_gpu_are_not_handed_out_and_scores_skip_it() {
+    let h = sim("dgx-a100");
+    let dir = tempfile::tempdir().unwrap();
+    let s = service_with(&h, dir.path(), settings(300_000));
+    let free = create(s.engine(), GPU, mig_kind("1g.10gb", None)).unwrap();
+    let mut r = request("t", "1g.10gb", Some(GPU)).request;
+    assert!(s.placement_score(r.clone()).unwrap().feasible);
+    s.quarantine_gpu(addr(GPU), "maintenance").unwrap();
+    let score = s.placement_score(r.clone()).unwrap();
+    assert!(!score.feasible, "{score:?}");
+    r.gpu = None;
+    let a = s.allocate(request("t", "1g.10gb", None)).unwrap();
+    assert!(!a.slices.contains(&free.id), "the free slice stays where it is");
+    assert_ne!(s.slice(a.slices[0]).unwrap().spec.gpu.to_string(), GPU);
+    assert!(s.placement_score(r).unwrap().feasible, "other GPUs take it");
+    // What the GPU already had stays.
+    assert!(s.slice(free.id).is_ok());
+}
