@@ -147,6 +147,19 @@ fn a_quarantine_survives_reopening_the_engine() {
     assert_eq!((q.source, q.xid), (QuarantineSource::Auto, Some(48)));
     let refused = s.allocate(request("t", "1g.10gb", Some(GPU))).unwrap_err();
     assert_eq!(refused.code(), "quarantined");
+    // Written only while there are some: builds without quarantine still read the file.
+    let file = dir.path().join("vgpud-state.json");
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("\"quarantine\"")
+    );
+    s.release_gpu(addr(GPU)).unwrap();
+    assert!(
+        !std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("quarantine")
+    );
 }
 
 #[test]
@@ -342,7 +355,10 @@ fn free_slices_on_a_quarantined_gpu_are_not_handed_out_and_scores_skip_it() {
     assert!(!score.feasible, "{score:?}");
     r.gpu = None;
     let a = s.allocate(request("t", "1g.10gb", None)).unwrap();
-    assert!(!a.slices.contains(&free.id), "the free slice stays where it is");
+    assert!(
+        !a.slices.contains(&free.id),
+        "the free slice stays where it is"
+    );
     assert_ne!(s.slice(a.slices[0]).unwrap().spec.gpu.to_string(), GPU);
     assert!(s.placement_score(r).unwrap().feasible, "other GPUs take it");
     // What the GPU already had stays.
