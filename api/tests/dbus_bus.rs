@@ -207,7 +207,7 @@ async fn reads_are_open_and_the_tree_mirrors_the_host() {
         .find(|(k, _)| k.as_str() == GPU)
         .map(|(_, v)| v)
         .unwrap();
-    assert_eq!(gpu_props.len(), 12, "{gpu_props:?}");
+    assert_eq!(gpu_props.len(), 14, "{gpu_props:?}");
     let slices: Vec<OwnedObjectPath> = get(&client, MANAGER_PATH, MANAGER, "Slices").await;
     assert!(slices.is_empty());
 }
@@ -675,6 +675,13 @@ async fn an_operator_quarantines_and_releases_a_gpu_over_dbus() {
     assert_eq!(record["reason"], "fan swap");
     let msg = next_signal(&mut manager_signals, "GpuQuarantined").await;
     let (gpu, reason, source): (String, String, String) = msg.body().deserialize().unwrap();
+    let quarantined: bool = get(&other, path, GPU, "Quarantined").await;
+    let why: String = get(&other, path, GPU, "QuarantineReason").await;
+    assert!(quarantined);
+    assert!(
+        why.starts_with("GPU 0000:07:00.0 is quarantined since") && why.ends_with("fan swap"),
+        "{why}"
+    );
     assert_eq!(
         (gpu.as_str(), reason.as_str(), source.as_str()),
         ("0000:07:00.0", "fan swap", "operator")
@@ -701,6 +708,8 @@ async fn an_operator_quarantines_and_releases_a_gpu_over_dbus() {
     let msg = next_signal(&mut manager_signals, "GpuReleased").await;
     let (gpu, how): (String, String) = msg.body().deserialize().unwrap();
     assert_eq!((gpu.as_str(), how.as_str()), ("0000:07:00.0", "operator"));
+    let quarantined: bool = get(&other, path, GPU, "Quarantined").await;
+    assert!(!quarantined);
     let e = call::<_, String>(&admin, path, GPU, "Release", &())
         .await
         .unwrap_err();

@@ -491,6 +491,18 @@ impl GpuObject {
         self.prop(|p| p.slices.clone())
     }
 
+    /// Whether the GPU is quarantined (no new slices or allocations on it).
+    #[zbus(property)]
+    fn quarantined(&self) -> fdo::Result<bool> {
+        self.prop(|p| p.quarantined)
+    }
+
+    /// Since when and why it is quarantined; empty when it is not.
+    #[zbus(property)]
+    fn quarantine_reason(&self) -> fdo::Result<String> {
+        self.prop(|p| p.quarantine_reason.clone())
+    }
+
     /// This GPU's inventory entry as JSON (read now: MIG profiles with how many more fit,
     /// mdev types with their available instances, VFs, slices whoever made them).
     async fn json(&self) -> Result<String, DbusError> {

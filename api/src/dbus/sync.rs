@@ -104,10 +104,11 @@ impl Shared {
         let fetched = self
             .blocking(move |s| {
                 let host = refresh_host.then(|| HostFacts::from_inventory(&s.host()));
-                (host, s.slices(), s.allocations())
+                let quarantines = s.engine().quarantines();
+                (host, s.slices(), s.allocations(), quarantines)
             })
             .await;
-        let (host, slices, allocations) = match fetched {
+        let (host, slices, allocations, quarantines) = match fetched {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!("D-Bus objects not refreshed: {e}");
@@ -119,7 +120,7 @@ impl Shared {
             if let Some(host) = host {
                 *facts = host;
             }
-            View::build(&facts, &slices, &allocations)
+            View::build(&facts, &slices, &allocations, &quarantines)
         };
         let old = std::mem::replace(&mut *lock(&self.view), new.clone());
         if let Err(e) = self.publish(conn, &old, &new).await {
