@@ -34,6 +34,8 @@ pub struct Config {
     pub dbus: DbusConfig,
     /// VM pinning through libvirt.
     pub libvirt: LibvirtConfig,
+    /// GPU health: Xid classification, quarantine, recovery.
+    pub health: HealthConfig,
 }
 
 /// `[host]`.
@@ -172,6 +174,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             dbus: DbusConfig::default(),
             libvirt: LibvirtConfig::default(),
+            health: HealthConfig::default(),
         }
     }
 }
@@ -344,6 +347,7 @@ impl Config {
             ));
         }
         validate_transport(&self.api).map_err(|(key, reason)| invalid(key, reason))?;
+        validate_health(&self.health).map_err(|(key, reason)| invalid(key, reason))?;
         if !["strict", "preferred", "restrictive"].contains(&self.libvirt.memory_mode.as_str()) {
             return Err(invalid(
                 "libvirt.memory_mode",
@@ -422,6 +426,62 @@ fn validate_transport(api: &ApiConfig) -> Result<(), (&'static str, String)> {
             "api.max_connections_per_peer",
             format!("must be 1 to api.max_connections ({})", api.max_connections),
         ));
+    }
+    Ok(())
+}
+
+/// `[health]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// Watch Xid events and the GPUs' health signals, quarantine and recover.
+    pub enabled: bool,
+    /// Xids that do not quarantine (default: NVIDIA's device plugin's application errors 13,
+    /// 31, 43, 45, 68, 109).
+    pub ignored_xids: Vec<u64>,
+    /// Xids that always quarantine, even when also in `ignored_xids`. Xids in neither list
+    /// quarantine too.
+    pub quarantine_xids: Vec<u64>,
+    /// How long an automatically quarantined GPU must go without a new quarantining event
+    /// before the probe runs, s.
+    pub quiet_period_s: u64,
+    /// How often the GPUs' health (GPU lost, ECC, retired pages, remapped rows, slowdown) is
+    /// checked, s.
+    pub check_interval_s: u64,
+    /// Before a probe releases a GPU with no allocated slice, reset it (PCI function reset).
+    pub reset_before_release: bool,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ignored_xids: crate::health::classify::APPLICATION_XIDS.to_vec(),
+            quarantine_xids: Vec::new(),
+            quiet_period_s: 300,
+            check_interval_s: 10,
+            reset_before_release: false,
+        }
+    }
+}
+
+fn validate_health(h: &HealthConfig) -> Result<(), (&'static str, String)> {
+    if !(1..=86_400).contains(&h.quiet_period_s) {
+        return Err(("health.quiet_period_s", "must be 1 to 86400".into()));
+    }
+    if !(1..=3_600).contains(&h.check_interval_s) {
+        return Err(("health.check_interval_s", "must be 1 to 3600".into()));
+    }
+    for (key, list) in [
+        ("health.ignored_xids", &h.ignored_xids),
+        ("health.quarantine_xids", &h.quarantine_xids),
+    ] {
+        if list.len() > 1024 {
+            return Err((key, "at most 1024 Xids".into()));
+        }
+        if let Some(x) = list.iter().find(|x| **x == 0 || **x > 65_535) {
+            return Err((key, format!("{x} is not an Xid (1 to 65535)")));
+        }
     }
     Ok(())
 }
@@ -540,6 +600,13 @@ mod tests {
             ("[api]\nsocket_mode = \"0662\"", "api.socket_mode"),
             ("[libvirt]\nmemory_mode = \"loose\"", "libvirt.memory_mode"),
             ("[libvirt]\ncall_timeout_ms = 0", "libvirt.call_timeout_ms"),
+            ("[health]\nquiet_period_s = 0", "health.quiet_period_s"),
+            ("[health]\ncheck_interval_s = 0", "health.check_interval_s"),
+            ("[health]\nignored_xids = [0]", "health.ignored_xids"),
+            (
+                "[health]\nquarantine_xids = [70000]",
+                "health.quarantine_xids",
+            ),
             (
                 "[metrics]\npoll_interval_ms = 0",
                 "metrics.poll_interval_ms",

@@ -10,6 +10,7 @@ pub mod apply_slot;
 pub mod config;
 pub mod engine;
 pub mod metrics;
+pub mod health;
 pub mod pinning;
 pub mod service;
 pub mod subject_rule;

@@ -23,6 +23,9 @@ use crate::engine::{
 };
 use crate::metrics::failure_reason;
 use crate::metrics::process::ProcessStats;
+use crate::health::quarantine::{Quarantine, QuarantineSource, ReleaseHow};
+use crate::health::view::GpuHealthView;
+use crate::health::{Health, HealthSettings};
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
 use crate::telemetry::TelemetryCache;
 
@@ -36,6 +39,8 @@ pub struct ServiceOptions {
     pub policy: sched::Policy,
     /// VM pinning through libvirt; `None`: allocations naming a VM are not pinned.
     pub pinning: Option<PinningConfig>,
+    /// Xid classification, quiet period, reset before release.
+    pub health: HealthSettings,
 }
 
 impl ServiceOptions {
@@ -45,6 +50,7 @@ impl ServiceOptions {
         Ok(Self {
             policy: policy_named(&config.scheduler.policy)?,
             pinning: PinningConfig::from_config(config)?,
+            health: HealthSettings::from_config(&config.health),
         })
     }
 }
@@ -75,6 +81,7 @@ pub struct Service {
     links: Arc<Mutex<VmLinks>>,
     apply_slot: Arc<ApplySlot>,
     telemetry: Arc<TelemetryCache>,
+    health: Arc<Health>,
 }
 
 impl Service {
@@ -86,6 +93,7 @@ impl Service {
     /// A service with explicit options.
     pub fn with_options(engine: Engine, options: ServiceOptions) -> Self {
         Self {
+            health: Arc::new(Health::new(engine.clone(), options.health)),
             engine,
             policy: Arc::new(options.policy),
             pinner: options.pinning.map(|p| Arc::new(Pinner::new(p))),
@@ -133,7 +141,42 @@ impl Service {
 
     /// One GPU with health, utilisation and, per slice type, how many more fit.
     pub fn gpu(&self, address: PciAddress) -> Result<GpuDetail> {
-        self.engine.gpu_detail(address)
+        let mut detail = self.engine.gpu_detail(address)?;
+        let slow = self.health.degraded_reasons(address);
+        if detail.health == GpuHealth::Ok && !slow.is_empty() {
+            detail.health = GpuHealth::Degraded;
+        }
+        detail.health_reasons.extend(slow);
+        Ok(detail)
+    }
+
+    /// The health monitor (for the daemon's monitor threads).
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// Every GPU's health, quarantine, Xid counts and last health signals, without a vendor
+    /// call (what `/metrics` renders).
+    pub fn health_view(&self) -> Vec<GpuHealthView> {
+        self.health.view()
+    }
+
+    /// An operator quarantines a GPU: no new slices or allocations on it until an operator
+    /// releases it (the probe never does). Quarantining one quarantined already by vgpud
+    /// makes it the operator's.
+    pub fn quarantine_gpu(&self, gpu: PciAddress, reason: &str) -> Result<Quarantine> {
+        crate::engine::check_reason(reason)?;
+        Ok(self
+            .engine
+            .quarantine(gpu, reason, QuarantineSource::Operator, None)?
+            .record)
+    }
+
+    /// An operator returns a quarantined GPU to service; `conflict` when it is not quarantined.
+    pub fn release_gpu(&self, gpu: PciAddress) -> Result<Quarantine> {
+        let record = self.engine.release_gpu(gpu, ReleaseHow::Operator)?;
+        self.health.forget_events(gpu);
+        Ok(record)
     }
 
     /// Slices vgpud owns.

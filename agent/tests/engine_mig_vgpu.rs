@@ -574,6 +574,7 @@ fn sched_service(h: &SimHost, dir: &std::path::Path) -> agent::service::Service 
         agent::service::ServiceOptions {
             policy: sched::Policy::default(),
             pinning: None,
+            ..Default::default()
         },
     )
 }

@@ -37,6 +37,7 @@ fn service(h: &sim::SimHost, dir: &Path, uri: &str, timeout: Duration) -> Servic
         ServiceOptions {
             policy: sched::Policy::default(),
             pinning: Some(pinning),
+            ..Default::default()
         },
     )
 }

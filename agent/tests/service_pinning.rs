@@ -36,6 +36,7 @@ fn service(h: &sim::SimHost, dir: &std::path::Path, uri: &str) -> Service {
         ServiceOptions {
             policy: sched::Policy::default(),
             pinning: Some(PinningConfig::new(uri)),
+            ..Default::default()
         },
     )
 }

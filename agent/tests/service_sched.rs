@@ -17,6 +17,7 @@ fn service(profile: &str, policy: sched::Policy) -> (Service, sim::SimHost, temp
         ServiceOptions {
             policy,
             pinning: None,
+            ..Default::default()
         },
     );
     (s, h, dir)

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_request`, `not_found`, `conflict`, `no_capacity`,
-    /// `busy`, `unsupported`, `host_error`, `timeout`, `store_error`, `libvirt_unavailable`
+    /// `quarantined`, `busy`, `unsupported`, `host_error`, `timeout`, `store_error`, `libvirt_unavailable`
     /// (from the engine) and `bad_json`, `unsupported_media_type`, `payload_too_large`,
     /// `unauthenticated`, `forbidden`, `precondition_failed`, `method_not_allowed`, `internal`
     /// (from the REST layer).
@@ -196,7 +196,7 @@ pub fn engine_status(e: &EngineError) -> StatusCode {
         EngineError::NotFound(_) => StatusCode::NOT_FOUND,
         EngineError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
         EngineError::Conflict(_) | EngineError::Busy(_) => StatusCode::CONFLICT,
-        EngineError::NoCapacity(_) => StatusCode::CONFLICT,
+        EngineError::NoCapacity(_) | EngineError::Quarantined(_) => StatusCode::CONFLICT,
         EngineError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
         EngineError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         EngineError::Host { .. } => StatusCode::BAD_GATEWAY,
@@ -267,6 +267,7 @@ mod tests {
             (EngineError::Conflict("x".into()), 409, "conflict"),
             (EngineError::Busy("x".into()), 409, "busy"),
             (EngineError::NoCapacity("x".into()), 409, "no_capacity"),
+            (EngineError::Quarantined("x".into()), 409, "quarantined"),
             (EngineError::Unsupported("x".into()), 422, "unsupported"),
         ];
         for (e, status, code) in cases {

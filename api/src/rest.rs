@@ -19,6 +19,7 @@ mod body;
 mod conn_limits;
 mod extract;
 mod head;
+mod health;
 mod import;
 mod metrics;
 mod openapi;

@@ -10,6 +10,7 @@
 //! canonical spelling only: nothing a client sends becomes a path on the host unchecked.
 
 pub mod events;
+pub mod health;
 pub mod import;
 pub mod inventory;
 pub mod layouts;

@@ -207,7 +207,7 @@ async fn reads_are_open_and_the_tree_mirrors_the_host() {
         .find(|(k, _)| k.as_str() == GPU)
         .map(|(_, v)| v)
         .unwrap();
-    assert_eq!(gpu_props.len(), 12, "{gpu_props:?}");
+    assert_eq!(gpu_props.len(), 14, "{gpu_props:?}");
     let slices: Vec<OwnedObjectPath> = get(&client, MANAGER_PATH, MANAGER, "Slices").await;
     assert!(slices.is_empty());
 }
@@ -640,4 +640,78 @@ async fn import_layouts_takes_the_rest_request() {
         "io.vgpud.Agent1.Error.InvalidRequest",
         "{e}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_quarantines_and_releases_a_gpu_over_dbus() {
+    let Some(bus) = Bus::start() else { return };
+    let agent = Agent::start(&bus, "dgx-a100").await;
+    let (fake, _polkit) = FakePolkit::serve(&bus).await;
+    let admin = bus.client().await;
+    let other = bus.client().await;
+    fake.allow(&admin, "io.vgpud.manage");
+    let mut manager_signals = signals(&other, MANAGER).await;
+    let path = "/io/vgpud/Agent1/gpu/0000_07_00_0";
+
+    let e = call::<_, String>(&other, path, GPU, "Quarantine", &("fan swap",))
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&e), DENIED, "{e}");
+    let e = call::<_, String>(&admin, path, GPU, "Quarantine", &("",))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "io.vgpud.Agent1.Error.InvalidRequest",
+        "{e}"
+    );
+    assert!(agent.service.engine().quarantines().is_empty());
+
+    let json: String = call(&admin, path, GPU, "Quarantine", &("fan swap",))
+        .await
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(record["source"], "operator");
+    assert_eq!(record["reason"], "fan swap");
+    let msg = next_signal(&mut manager_signals, "GpuQuarantined").await;
+    let (gpu, reason, source): (String, String, String) = msg.body().deserialize().unwrap();
+    let quarantined: bool = get(&other, path, GPU, "Quarantined").await;
+    let why: String = get(&other, path, GPU, "QuarantineReason").await;
+    assert!(quarantined);
+    assert!(
+        why.starts_with("GPU 0000:07:00.0 is quarantined since") && why.ends_with("fan swap"),
+        "{why}"
+    );
+    assert_eq!(
+        (gpu.as_str(), reason.as_str(), source.as_str()),
+        ("0000:07:00.0", "fan swap", "operator")
+    );
+
+    let mut options = no_options();
+    options.insert(
+        "gpu".into(),
+        OwnedVariant::try_from(zbus::Variant::from("0000:07:00.0")).unwrap(),
+    );
+    let e = call::<_, (String, Vec<OwnedObjectPath>)>(
+        &admin,
+        MANAGER_PATH,
+        MANAGER,
+        "Allocate",
+        &("nova", "1g.10gb", 1u32, options),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_name(&e), "io.vgpud.Agent1.Error.Quarantined", "{e}");
+    assert!(e.to_string().contains("fan swap"), "{e}");
+
+    let _: String = call(&admin, path, GPU, "Release", &()).await.unwrap();
+    let msg = next_signal(&mut manager_signals, "GpuReleased").await;
+    let (gpu, how): (String, String) = msg.body().deserialize().unwrap();
+    assert_eq!((gpu.as_str(), how.as_str()), ("0000:07:00.0", "operator"));
+    let quarantined: bool = get(&other, path, GPU, "Quarantined").await;
+    assert!(!quarantined);
+    let e = call::<_, String>(&admin, path, GPU, "Release", &())
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&e), "io.vgpud.Agent1.Error.Conflict", "{e}");
 }

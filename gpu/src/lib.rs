@@ -17,7 +17,8 @@ pub mod nvml_real;
 
 pub use amd::{AmdError, AmdGpuInfo, AmdResult, AmdSmi, AmdStatus, PartitionState, VfCount};
 pub use nvml::{
-    ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
-    MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
-    VgpuTypeInfo, VgpuUsage, XidEvent,
+    CLOCK_EVENT_HW_POWER_BRAKE, CLOCK_EVENT_HW_SLOWDOWN, CLOCK_EVENT_HW_THERMAL,
+    CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL, ComputeInstance, ComputeInstanceProfile,
+    DeviceInfo, GpuInstance, GpuInstanceProfile, HealthSignals, MigActivation, MigMemory, MigMode,
+    Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry, VgpuTypeInfo, VgpuUsage, XidEvent,
 };

@@ -324,6 +324,57 @@ pub struct XidEvent {
     pub xid: u64,
 }
 
+/// What NVML says about a GPU's memory errors and clock slowdowns: the signals vgpud's health
+/// policy reads. Each value is `None` where the GPU or driver does not report it
+/// (`NVML_ERROR_NOT_SUPPORTED`: ECC off, a board without row remapping, a pre-Ampere GPU), never
+/// an error. Units and meanings are NVML's (NVML API reference: `nvmlDeviceGetTotalEccErrors`,
+/// `nvmlDeviceGetRetiredPages_v2`, `nvmlDeviceGetRetiredPagesPendingStatus`,
+/// `nvmlDeviceGetRemappedRows`, `nvmlDeviceGetCurrentClocksEventReasons`) and the field names
+/// follow dcgm-exporter's (`DCGM_FI_DEV_ECC_SBE_VOL_TOTAL`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSignals {
+    /// Corrected (single-bit) ECC errors since the driver loaded (volatile counter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_sbe_volatile: Option<u64>,
+    /// Uncorrected (double-bit) ECC errors since the driver loaded (volatile counter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_dbe_volatile: Option<u64>,
+    /// Pages retired for multiple single-bit errors (pre-Ampere page retirement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_sbe: Option<u64>,
+    /// Pages retired for a double-bit error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_dbe: Option<u64>,
+    /// Pages waiting for retirement at the next driver reload / GPU reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_pending: Option<bool>,
+    /// Rows remapped for correctable errors (Ampere and newer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_correctable: Option<u64>,
+    /// Rows remapped for uncorrectable errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_uncorrectable: Option<u64>,
+    /// A row remapping failed (the bank ran out of spare rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remap_failure: Option<bool>,
+    /// Clocks-event (throttle) reasons, NVML's `nvmlClocksEventReason*` bitmask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_event_reasons: Option<u64>,
+}
+
+/// `nvmlClocksEventReasonSwPowerCap`: clocks lowered to stay under the power limit.
+pub const CLOCK_EVENT_SW_POWER_CAP: u64 = 0x4;
+/// `nvmlClocksEventReasonHwSlowdown`: hardware slowdown (thermal or power brake), clocks halved
+/// or lower.
+pub const CLOCK_EVENT_HW_SLOWDOWN: u64 = 0x8;
+/// `nvmlClocksEventReasonSwThermalSlowdown`: the driver lowers clocks for temperature.
+pub const CLOCK_EVENT_SW_THERMAL: u64 = 0x20;
+/// `nvmlClocksEventReasonHwThermalSlowdown`: hardware thermal slowdown.
+pub const CLOCK_EVENT_HW_THERMAL: u64 = 0x40;
+/// `nvmlClocksEventReasonHwPowerBrakeSlowdown`: external power brake assertion.
+pub const CLOCK_EVENT_HW_POWER_BRAKE: u64 = 0x80;
+
 /// Where a GPU's NVLinks lead, as far as peers over an NVSwitch fabric go.
 ///
 /// On HGX/DGX boards every NVLink ends at an NVSwitch: `nvmlDeviceGetNvLinkRemoteDeviceType`
@@ -464,6 +515,9 @@ pub trait Nvml: Send + Sync + fmt::Debug {
     fn nvlink_peers(&self, index: u32) -> NvmlResult<Vec<PciAddress>>;
     /// Waits up to `timeout_ms` for the next Xid event on any GPU; `None` when none came.
     fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>>;
+    /// ECC, retired pages, remapped rows and clocks-event reasons; values the GPU does not
+    /// report are `None` ([`HealthSignals`]).
+    fn health_signals(&self, index: u32) -> NvmlResult<HealthSignals>;
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use nvml_wrapper::error::NvmlError as WrapperError;
 use nvml_wrapper::{Device, Nvml as Wrapper};
 use nvml_wrapper_sys::bindings as sys;
 
+use crate::nvml::HealthSignals;
 use crate::nvml::{
     ComputeInstance, ComputeInstanceProfile, DeviceInfo, GpuInstance, GpuInstanceProfile,
     MigActivation, MigMemory, MigMode, Nvml, NvmlCode, NvmlError, NvmlResult, Placement, Telemetry,
@@ -149,6 +150,19 @@ fn optional<T: Default>(call: &'static str, value: Result<T, WrapperError>) -> N
             Ok(T::default())
         }
         other => other,
+    }
+}
+
+/// A health signal, or `None` when the GPU does not report it: NOT_SUPPORTED (ECC off, no row
+/// remapping before Ampere, no page retirement after it) and a symbol the driver lacks are
+/// absence, not failure; GPU_IS_LOST and the rest stay errors.
+fn signal<T>(call: &'static str, value: Result<T, WrapperError>) -> NvmlResult<Option<T>> {
+    match value.map_err(wrap(call)) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.code == NvmlCode::NOT_SUPPORTED || e.code == NvmlCode::FUNCTION_NOT_FOUND => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -504,6 +518,34 @@ impl Nvml for NvmlLibrary {
         self.nvlink_peers_of(index)
     }
 
+    fn health_signals(&self, index: u32) -> NvmlResult<HealthSignals> {
+        use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
+        const ECC: &str = "nvmlDeviceGetTotalEccErrors";
+        const RETIRED: &str = "nvmlDeviceGetRetiredPages_v2";
+        let device = self.device(index)?;
+        let ecc = |kind| signal(ECC, device.total_ecc_errors(kind, EccCounter::Volatile));
+        let retired =
+            |cause| signal(RETIRED, device.retired_pages(cause)).map(|p| p.map(|p| p.len() as u64));
+        let rows = raw::remapped_rows(&device)?;
+        Ok(HealthSignals {
+            ecc_sbe_volatile: ecc(MemoryError::Corrected)?,
+            ecc_dbe_volatile: ecc(MemoryError::Uncorrected)?,
+            retired_sbe: retired(RetirementCause::MultipleSingleBitEccErrors)?,
+            retired_dbe: retired(RetirementCause::DoubleBitEccError)?,
+            retired_pending: signal(
+                "nvmlDeviceGetRetiredPagesPendingStatus",
+                device.are_pages_pending_retired(),
+            )?,
+            remapped_correctable: rows.map(|r| r.correctable),
+            remapped_uncorrectable: rows.map(|r| r.uncorrectable),
+            remap_failure: rows.map(|r| r.failure),
+            clock_event_reasons: signal(
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                device.current_throttle_reasons().map(|r| r.bits()),
+            )?,
+        })
+    }
+
     fn wait_xid_event(&self, timeout_ms: u32) -> NvmlResult<Option<XidEvent>> {
         let mut slot = self
             .xid
@@ -640,6 +682,19 @@ mod tests {
         assert_eq!(optional::<u64>("x", Err(missing)), Ok(0));
         assert_eq!(optional::<u32>("x", Ok(42)), Ok(42));
         let lost = optional::<u32>("nvmlDeviceGetPowerUsage", Err(WrapperError::GpuLost));
+        assert_eq!(lost.unwrap_err().code, NvmlCode::GPU_IS_LOST);
+    }
+
+    #[test]
+    fn absent_health_signals_are_none_and_a_lost_gpu_an_error() {
+        assert_eq!(
+            signal::<u64>("x", Err(WrapperError::NotSupported)),
+            Ok(None)
+        );
+        let missing = WrapperError::FailedToLoadSymbol("x".into());
+        assert_eq!(signal::<bool>("x", Err(missing)), Ok(None));
+        assert_eq!(signal::<u64>("x", Ok(7)), Ok(Some(7)));
+        let lost = signal::<u64>("nvmlDeviceGetTotalEccErrors", Err(WrapperError::GpuLost));
         assert_eq!(lost.unwrap_err().code, NvmlCode::GPU_IS_LOST);
     }
 
@@ -1063,6 +1118,9 @@ mod tests {
             }
             println!("vgpu types {:?}", nvml.supported_vgpu_types(index));
             println!("nvlink peers {:?}", nvml.nvlink_peers(index));
+            // A data-centre GPU with ECC on answers the counters; what it lacks is `None`.
+            let signals = nvml.health_signals(index).unwrap();
+            println!("health signals {signals:?}");
         }
         println!("xid {:?}", nvml.wait_xid_event(100));
     }

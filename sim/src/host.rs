@@ -197,6 +197,27 @@ impl SimHost {
         })
     }
 
+    /// Sets what NVML's memory-error and clocks-event queries answer for an NVIDIA GPU (fields
+    /// left `None` answer `NOT_SUPPORTED`, as on a board without the feature).
+    pub fn set_health_signals(
+        &self,
+        gpu: PciAddress,
+        signals: gpu::HealthSignals,
+    ) -> Result<(), SimError> {
+        self.change(|st, _| {
+            present_gpu(st, gpu)?;
+            if st
+                .gpu(gpu)
+                .is_some_and(|(_, m)| m.vendor != ids::PciVendorId::NVIDIA)
+            {
+                return Err(SimError::NotNvidia(gpu));
+            }
+            let g = st.gpus.get_mut(&gpu).ok_or(SimError::UnknownGpu(gpu))?;
+            g.health = Some(signals);
+            Ok(())
+        })
+    }
+
     /// Hot-unplug of a GPU of the profile: it vanishes from sysfs, NVML and AMD SMI with its
     /// VFs, mdevs and MIG instances.
     pub fn remove_gpu(&self, gpu: PciAddress) -> Result<(), SimError> {

@@ -223,6 +223,23 @@ fn nvidia_vf_probe_ok(state: &State, addr: PciAddress) -> bool {
     }
 }
 
+/// `<bdf>/reset`, as `reset_store` in drivers/pci/pci-sysfs.c: anything but `1` is EINVAL
+/// ("Writing 1 to this file will perform reset", Documentation/ABI/testing/sysfs-bus-pci).
+/// A GPU in use is refused with EBUSY: a VM holding the VFIO fd of the GPU, a VF or an mdev
+/// (as a release is), or what holds it for `nvidia-smi -r` ([`State::reset_blocker`]). The
+/// reset itself is the GPU's ([`State::reset_gpu`]).
+pub(crate) fn write_reset(state: &mut State, gpu: PciAddress, data: &[u8]) -> Result<(), Errno> {
+    if parse_ulong(text(data)?) != Some(1) {
+        return Err(EINVAL);
+    }
+    check_release(state, gpu)?;
+    if state.reset_blocker(gpu).is_some() {
+        return Err(EBUSY);
+    }
+    state.reset_gpu(gpu);
+    Ok(())
+}
+
 /// Refuses to take a device away from a VM.
 fn check_release(state: &State, addr: PciAddress) -> Result<(), Errno> {
     let parent = MdevParentName::from(addr);

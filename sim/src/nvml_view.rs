@@ -88,6 +88,13 @@ mod calls {
         "nvmlDeviceGetGpuFabricInfo",
     ];
     pub const XID: &[&str] = &["nvmlEventSetWait_v2"];
+    pub const HEALTH: &[&str] = &[
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRetiredPages_v2",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+    ];
 }
 
 /// The NVIDIA GPUs NVML sees, in index order.
@@ -645,6 +652,15 @@ impl Nvml for SimNvml {
             );
             peers.remove(&g.addr);
             Ok(peers.into_iter().collect())
+        })
+    }
+
+    fn health_signals(&self, index: u32) -> NvmlResult<gpu::HealthSignals> {
+        self.look(calls::HEALTH, Some(index), |st, hw| {
+            let g = gpu_at(st, hw, index)?;
+            let addr = g.addr;
+            let set = st.gpus.get(&addr).and_then(|s| s.health);
+            Ok(set.unwrap_or_else(crate::state::default_health_signals))
         })
     }
 

@@ -80,6 +80,29 @@ pub(crate) struct GpuState {
     #[serde(default)]
     pub memory_partition_requested: Option<String>,
     pub telemetry: TelemetryState,
+    /// Memory-error and clocks-event signals set by a test ([`crate::SimHost::set_health_signals`]);
+    /// `None`: a healthy board's answers ([`default_health_signals`]).
+    #[serde(default)]
+    pub health: Option<gpu::HealthSignals>,
+}
+
+/// What a healthy A100/H100-class board reports: ECC on with zero volatile errors, row
+/// remapping with nothing remapped, no clocks event. Page retirement is `None` because Ampere
+/// and newer replace it with row remapping and answer `NOT_SUPPORTED` to the retired-pages
+/// queries (NVIDIA, "GPU Memory Error Management", sections "Page Retirement" and "Row
+/// Remapping": row remapping "replaces dynamic page offlining" from the A100 on).
+pub(crate) fn default_health_signals() -> gpu::HealthSignals {
+    gpu::HealthSignals {
+        ecc_sbe_volatile: Some(0),
+        ecc_dbe_volatile: Some(0),
+        retired_sbe: None,
+        retired_dbe: None,
+        retired_pending: None,
+        remapped_correctable: Some(0),
+        remapped_uncorrectable: Some(0),
+        remap_failure: Some(false),
+        clock_event_reasons: Some(0),
+    }
 }
 
 /// A MIG GPU instance.
@@ -394,6 +417,7 @@ impl State {
                     memory_partition: amd.map(|a| a.memory.clone()),
                     memory_partition_requested: None,
                     telemetry: TelemetryState::default(),
+                    health: None,
                 };
                 (g.address, state)
             })
@@ -552,6 +576,16 @@ impl State {
         if let Some(g) = self.gpus.get_mut(&gpu) {
             g.mig_current = g.mig_pending;
             g.gis.clear();
+            // Volatile ECC counts restart with the GPU and pending retirements take effect
+            // (NVML API reference, `nvmlDeviceGetTotalEccErrors`: "Volatile counts are reset
+            // each time the driver loads"; `nvmlDeviceGetRetiredPagesPendingStatus`: pages are
+            // retired "on the next reboot or driver reload"). Remap failures and retired pages
+            // are permanent.
+            if let Some(h) = g.health.as_mut() {
+                h.ecc_sbe_volatile = h.ecc_sbe_volatile.map(|_| 0);
+                h.ecc_dbe_volatile = h.ecc_dbe_volatile.map(|_| 0);
+                h.retired_pending = h.retired_pending.map(|_| false);
+            }
         }
     }
 

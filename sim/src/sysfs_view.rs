@@ -252,5 +252,6 @@ fn apply(
         Store::Partition(gpu, axis) => kernel::write_partition(st, *gpu, *axis, data),
         Store::GimMemoryMode(gpu) => crate::gim::write_memory_partition_mode(st, *gpu, data),
         Store::UnbindLock(gpu) => kernel::write_unbind_lock(st, *gpu, data),
+        Store::Reset(gpu) => kernel::write_reset(st, *gpu, data),
     }
 }

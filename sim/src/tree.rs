@@ -30,6 +30,8 @@ pub(crate) enum Store {
     GimMemoryMode(PciAddress),
     /// `/proc/driver/nvidia/gpus/<bdf>/unbindLock`.
     UnbindLock(PciAddress),
+    /// `<bdf>/reset`: PCI function reset.
+    Reset(PciAddress),
 }
 
 /// One node of the tree.
@@ -332,6 +334,11 @@ fn render_pf_extras(
     dir: &str,
     dirs: &BTreeMap<PciAddress, String>,
 ) {
+    // Write-only (0200), present where the function can be reset (Documentation/ABI/testing/
+    // sysfs-bus-pci, "reset"): every GPU of the profiles can.
+    if state.gpus.contains_key(&addr) {
+        t.wo(&format!("{dir}/reset"), Store::Reset(addr));
+    }
     if let Some(s) = state.profile.sriov_of(addr) {
         let pf_device = hw.devices.get(&addr).map(|d| d.device);
         let vfs = state.vfs_of(addr);

@@ -86,3 +86,37 @@ fn a_reset_of_a_gpu_in_use_is_refused() {
     h.set_gpu_clients(addr(PF), true).unwrap();
     assert!(refused(&h).contains("client"), "{}", refused(&h));
 }
+
+#[test]
+fn the_sysfs_reset_attribute_resets_like_the_kernel_and_refuses_a_gpu_in_use() {
+    let h = host("hgx-h200-vgpu");
+    let fs = h.sysfs();
+    let reset = dev(PF, "reset");
+    // reset_store (drivers/pci/pci-sysfs.c): only "1" resets; the attribute is write-only.
+    assert_eq!(write_err(&fs, &reset, "2"), libc::EINVAL);
+    assert_eq!(read_err(&fs, &reset), libc::EACCES);
+    // A VM holding a VF's VFIO fd, and processes on the GPU, keep the reset out.
+    sriov_manage_enable(&fs, PF);
+    let vf = vfs(&fs, PF)[0].clone();
+    write(&fs, &dev(&vf, "nvidia/current_vgpu_type"), "1421");
+    h.set_vfio_open(addr(&vf), true).unwrap();
+    assert_eq!(write_err(&fs, &reset, "1"), libc::EBUSY);
+    h.set_vfio_open(addr(&vf), false).unwrap();
+    assert_eq!(write_err(&fs, &reset, "1"), libc::EBUSY, "a vGPU on a VF");
+    write(&fs, &dev(&vf, "nvidia/current_vgpu_type"), "0");
+    h.set_gpu_clients(addr(PF), true).unwrap();
+    assert_eq!(write_err(&fs, &reset, "1"), libc::EBUSY);
+    h.set_gpu_clients(addr(PF), false).unwrap();
+    // The reset: pending retirements are retired and volatile ECC counts restart; a remap
+    // failure stays.
+    let mut signals = h.nvml().health_signals(0).unwrap();
+    signals.ecc_dbe_volatile = Some(3);
+    signals.retired_pending = Some(true);
+    signals.remap_failure = Some(true);
+    h.set_health_signals(addr(PF), signals).unwrap();
+    write(&fs, &reset, "1");
+    let after = h.nvml().health_signals(0).unwrap();
+    assert_eq!(after.ecc_dbe_volatile, Some(0));
+    assert_eq!(after.retired_pending, Some(false));
+    assert_eq!(after.remap_failure, Some(true));
+}

@@ -17,6 +17,7 @@ mod device;
 mod iommu;
 mod nvidia;
 mod nvidia_sriov;
+mod reset;
 mod sriov;
 
 pub use amd::{AmdPartitionSysfs, amd_partition};
@@ -38,6 +39,7 @@ pub use nvidia_sriov::{
     NVIDIA_DRIVER, NvidiaSriovOutcome, PCI_PF_STUB, SriovRoute, StubState,
     finish_interrupted_sequence, has_sriov_manage, interrupted_sequence, set_nvidia_vfs,
 };
+pub use reset::reset_function;
 pub use sriov::{SriovInfo, set_num_vfs};
 
 use std::path::{Path, PathBuf};
@@ -81,6 +83,9 @@ pub enum VfioError {
     /// There is no `/sys/kernel/iommu_groups/<n>`.
     #[error("IOMMU group {0} does not exist")]
     GroupNotFound(IommuGroupId),
+    /// The device has no `reset` attribute: the kernel knows no way to reset it alone.
+    #[error("PCI device {0} cannot be reset on its own (no reset attribute)")]
+    NoReset(PciAddress),
     /// The device has no `sriov_numvfs`.
     #[error("PCI device {0} is not an SR-IOV physical function")]
     NotSriov(PciAddress),

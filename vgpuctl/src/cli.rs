@@ -32,10 +32,16 @@ pub enum Command {
     Host,
     /// Every GPU.
     Gpus,
-    /// One GPU with its health, utilisation and room per slice type.
+    /// One GPU with its health, utilisation and room per slice type; or quarantine or release
+    /// it (`vgpuctl gpu quarantine ADDRESS --reason TEXT`, `vgpuctl gpu release ADDRESS`).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Gpu {
         /// PCI address, e.g. 0000:07:00.0.
-        address: String,
+        #[arg(required = true)]
+        address: Option<String>,
+        /// Quarantine or release it.
+        #[command(subcommand)]
+        action: Option<GpuCommand>,
     },
     /// Slices vgpud owns.
     Slices,
@@ -87,6 +93,24 @@ pub enum SliceCommand {
     Destroy {
         /// The slice id.
         id: String,
+    },
+}
+
+/// `vgpuctl gpu quarantine|release ...`
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// Take a GPU out of service: no new slices or allocations on it until it is released.
+    Quarantine {
+        /// PCI address, e.g. 0000:07:00.0.
+        address: String,
+        /// Why (shown in refusals and events).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Return a quarantined GPU to service.
+    Release {
+        /// PCI address, e.g. 0000:07:00.0.
+        address: String,
     },
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser};
 use serde_json::{Value, json};
 
-use cli::{AllocCommand, Cli, Command, LayoutsCommand, RequestArgs, SliceCommand};
+use cli::{AllocCommand, Cli, Command, GpuCommand, LayoutsCommand, RequestArgs, SliceCommand};
 use client::{Client, Failure};
 use table::{Table, cell};
 
@@ -55,10 +55,36 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
     match &cli.command {
         Command::Host => show(json, client.get("/v1/host").await?, host_text),
         Command::Gpus => show(json, client.get("/v1/gpus").await?, gpus_text),
-        Command::Gpu { address } => show(
+        Command::Gpu {
+            action: Some(GpuCommand::Quarantine { address, reason }),
+            ..
+        } => {
+            let path = format!("/v1/gpus/{}/quarantine", segment(address)?);
+            let body = json!({ "reason": reason });
+            let q = client.call("POST", &path, &[], Some(&body)).await?.body;
+            show(json, q, |q| {
+                format!(
+                    "GPU {address} quarantined since {}: {}\n",
+                    q["since"].as_str().unwrap_or("?"),
+                    q["reason"].as_str().unwrap_or("")
+                )
+            })
+        }
+        Command::Gpu {
+            action: Some(GpuCommand::Release { address }),
+            ..
+        } => {
+            let path = format!("/v1/gpus/{}/release", segment(address)?);
+            let q = client.call("POST", &path, &[], None).await?.body;
+            show(json, q, |_| format!("GPU {address} released\n"))
+        }
+        Command::Gpu { address, .. } => show(
             json,
             client
-                .get(&format!("/v1/gpus/{}", segment(address)?))
+                .get(&format!(
+                    "/v1/gpus/{}",
+                    segment(address.as_deref().unwrap_or_default())?
+                ))
                 .await?,
             gpu_text,
         ),

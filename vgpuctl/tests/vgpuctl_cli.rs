@@ -648,3 +648,53 @@ async fn mdevctl_definitions_are_adopted_or_created() {
         large.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_quarantine_and_release() {
+    let s = serve("dgx-a100").await;
+    let q = vgpuctl(
+        &s.socket,
+        &["gpu", "quarantine", A100, "--reason", "fan swap"],
+    )
+    .await;
+    assert_eq!(q.code, 0, "{}", q.stderr);
+    assert!(
+        q.stdout
+            .starts_with("GPU 0000:07:00.0 quarantined since 20")
+            && q.stdout.contains(": fan swap"),
+        "{}",
+        q.stdout
+    );
+    let shown = vgpuctl(&s.socket, &["--json", "gpu", A100]).await;
+    assert_eq!(shown.json()["health"], "quarantined");
+    let refused = vgpuctl(
+        &s.socket,
+        &[
+            "alloc",
+            "create",
+            "--consumer",
+            "c",
+            "--type",
+            "1g.10gb",
+            "--gpu",
+            A100,
+        ],
+    )
+    .await;
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.stderr.contains("quarantined") && refused.stderr.contains("fan swap"),
+        "{}",
+        refused.stderr
+    );
+    let bad = vgpuctl(&s.socket, &["gpu", "quarantine", A100, "--reason", ""]).await;
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    let usage = vgpuctl(&s.socket, &["gpu", "quarantine", A100]).await;
+    assert_eq!(usage.code, 2, "--reason is required");
+    let released = vgpuctl(&s.socket, &["--json", "gpu", "release", A100]).await;
+    assert_eq!(released.code, 0, "{}", released.stderr);
+    assert_eq!(released.json()["source"], "operator");
+    let again = vgpuctl(&s.socket, &["gpu", "release", A100]).await;
+    assert_eq!(again.code, 1);
+    assert!(again.stderr.contains("not quarantined"), "{}", again.stderr);
+}

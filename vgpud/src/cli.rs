@@ -140,6 +140,20 @@ pub enum SimCommand {
         /// The Xid code (e.g. 79: GPU has fallen off the bus).
         xid: u64,
     },
+    /// Set what NVML's memory-error and clocks-event queries answer for a GPU: a JSON object
+    /// with `ecc_sbe_volatile`, `ecc_dbe_volatile`, `retired_sbe`, `retired_dbe`,
+    /// `retired_pending`, `remapped_correctable`, `remapped_uncorrectable`, `remap_failure`,
+    /// `clock_event_reasons` (a field left out answers NOT_SUPPORTED).
+    HealthSignals {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// The GPU's PCI address.
+        #[arg(long)]
+        gpu: PciAddress,
+        /// The signals, as JSON (e.g. '{"ecc_dbe_volatile": 1}').
+        signals: String,
+    },
     /// Hot-unplug a GPU.
     RemoveGpu {
         /// The state directory.
@@ -308,6 +322,15 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
             gpu,
             xid,
         } => Ok(open_dir(&state_dir)?.inject_xid(gpu, xid)?),
+        SimCommand::HealthSignals {
+            state_dir,
+            gpu,
+            signals,
+        } => {
+            let signals: gpu::HealthSignals = serde_json::from_str(&signals)
+                .map_err(|e| anyhow::anyhow!("health signals: {e}"))?;
+            Ok(open_dir(&state_dir)?.set_health_signals(gpu, signals)?)
+        }
         SimCommand::RemoveGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.remove_gpu(gpu)?),
         SimCommand::AddGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.add_gpu(gpu)?),
         SimCommand::ResetGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.reset_gpu(gpu)?),

@@ -259,6 +259,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
         interval_rx,
         stop_rx.clone(),
     ));
+    let health = crate::daemon_health::spawn(&service, &stop_rx);
 
     let outcome = loop {
         tokio::select! {
@@ -281,6 +282,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     if let Err(e) = reconciler.await {
         error!("the reconcile loop failed: {e}");
     }
+    health.join().await;
     if let Some(pinger) = pinger {
         pinger.abort();
     }

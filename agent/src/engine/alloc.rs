@@ -12,7 +12,7 @@ use super::events::Event;
 use super::handle::Engine;
 use super::limits::MAX_COUNT;
 use super::locks::lock;
-use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, VmPinning};
+use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec, VmPinning};
 use super::ops::check_text;
 use super::resolve::candidates;
 use super::scheduling::Scheduling;
@@ -48,7 +48,7 @@ impl Engine {
         if let Some(existing) = self.by_key(&req)? {
             return Ok(existing);
         }
-        let specs = candidates(self.host(), &r.slice_type, r.gpu)?;
+        let specs = self.in_service(candidates(self.host(), &r.slice_type, r.gpu)?)?;
         let mut picked = Vec::new();
         let mut created = Vec::new();
         let gathered = self.gather_scheduled(&req, &specs, scheduling, &mut picked, &mut created);
@@ -104,6 +104,24 @@ impl Engine {
             ))),
             None => Ok(None),
         }
+    }
+
+    /// The candidates on GPUs in service; `quarantined` with the reasons when every candidate
+    /// is on a quarantined GPU.
+    fn in_service(&self, specs: Vec<SliceSpec>) -> Result<Vec<SliceSpec>> {
+        let (kept, refused): (Vec<SliceSpec>, Vec<SliceSpec>) = specs
+            .into_iter()
+            .partition(|s| s.gpu.pci().is_none_or(|g| self.quarantined(g).is_none()));
+        if !kept.is_empty() || refused.is_empty() {
+            return Ok(kept);
+        }
+        let mut reasons: Vec<String> = refused
+            .iter()
+            .filter_map(|s| s.gpu.pci().and_then(|g| self.quarantined(g)))
+            .map(|q| q.refusal())
+            .collect();
+        reasons.dedup();
+        Err(EngineError::Quarantined(reasons.join("; ")))
     }
 
     /// Best effort: slices created for an allocation that did not happen go again.

@@ -61,6 +61,10 @@ pub enum EngineError {
     /// The state store failed.
     #[error("the state store failed")]
     Store(#[from] store::StoreError),
+    /// The GPU is quarantined: no new slices or allocations on it (the message says since when
+    /// and why).
+    #[error("{0}")]
+    Quarantined(String),
     /// libvirt cannot be reached (libvirtd down or restarting); nothing was changed.
     #[error("libvirt is unavailable: {0}")]
     LibvirtUnavailable(String),
@@ -79,6 +83,7 @@ impl EngineError {
             EngineError::Host { .. } => "host_error",
             EngineError::Timeout { .. } => "timeout",
             EngineError::Store(_) => "store_error",
+            EngineError::Quarantined(_) => "quarantined",
             EngineError::LibvirtUnavailable(_) => "libvirt_unavailable",
         }
     }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::layout::LayoutState;
 use super::model::{AllocationId, BackendKind, DeviceRef, SliceId};
+use crate::health::quarantine::{QuarantineSource, ReleaseHow};
 
 /// Something that happened to slices, allocations or layouts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +75,22 @@ pub enum Event {
         allocation: String,
         /// What no longer exists.
         reason: String,
+    },
+    /// A GPU was quarantined: no new slices or allocations on it.
+    GpuQuarantined {
+        /// The GPU.
+        gpu: PciAddress,
+        /// Why.
+        reason: String,
+        /// Who quarantined it.
+        source: QuarantineSource,
+    },
+    /// A quarantined GPU returned to service.
+    GpuReleased {
+        /// The GPU.
+        gpu: PciAddress,
+        /// How.
+        how: ReleaseHow,
     },
     /// A reconcile pass finished.
     ReconcileDone {

@@ -140,6 +140,10 @@ impl Engine {
         if health == GpuHealth::Ok && !reasons.is_empty() {
             health = GpuHealth::Degraded;
         }
+        if let Some(q) = self.quarantined(address) {
+            health = GpuHealth::Quarantined;
+            reasons.insert(0, q.refusal());
+        }
         let capacity = if health == GpuHealth::Unresponsive {
             Vec::new()
         } else {

@@ -22,6 +22,7 @@ mod events;
 mod gather;
 mod gpu_detail;
 mod handle;
+mod health_access;
 pub mod import;
 pub mod layout;
 mod layout_apply;
@@ -34,6 +35,7 @@ mod marks;
 mod mig_geometry;
 pub mod model;
 mod ops;
+mod quarantine;
 mod reconcile;
 mod recover;
 pub mod reports;
@@ -58,6 +60,7 @@ pub use layout::{
     AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
 };
 pub use model::*;
+pub use quarantine::{Quarantined, check_reason};
 pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};

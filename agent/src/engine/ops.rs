@@ -83,6 +83,9 @@ impl Engine {
         spec: &SliceSpec,
         preset: Option<Identity>,
     ) -> Result<OwnedSlice> {
+        if let Some(gpu) = spec.gpu.pci() {
+            self.refuse_if_quarantined(gpu)?;
+        }
         // A virtual mdev parent is no PCI device: the mdev backend's validation finds it.
         if spec.gpu.pci().is_some() || spec.kind.backend() != BackendKind::Mdev {
             let dev = self.host().gpu(spec.pci()?)?;

@@ -35,6 +35,8 @@ pub enum GpuHealth {
     Degraded,
     /// Its vendor library calls do not answer.
     Unresponsive,
+    /// Quarantined: no new slices or allocations (`health_reasons` starts with why).
+    Quarantined,
 }
 
 /// Telemetry of one GPU.

@@ -122,13 +122,20 @@ impl Engine {
         let inventory = self.inventory();
         let claims: HashSet<SliceId> = lock(&self.inner.claims).clone();
         let own = self.read(|d| Ownership::of(d, &claims));
-        let view = snapshot::build(
+        let mut view = snapshot::build(
             &inventory,
             &own,
             (!specs.is_empty()).then_some(specs),
             scheduling.numa.clone(),
             &scheduling.reserved_cpus,
         );
+        // A quarantined GPU is never a candidate.
+        let quarantined = self.read(|d| d.quarantine.keys().copied().collect::<Vec<_>>());
+        for g in view.snap.gpus.iter_mut() {
+            if quarantined.contains(&g.address) {
+                g.healthy = false;
+            }
+        }
         // Rebuilt per request from a fresh inventory: the host is the truth, and this costs
         // far more than the decision itself.
         tracing::debug!(

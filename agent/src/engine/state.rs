@@ -79,6 +79,10 @@ pub(crate) struct Desired {
     pub(crate) intents: BTreeMap<u64, Intent>,
     #[serde(default)]
     pub(crate) next_intent: u64,
+    /// Quarantined GPUs. Left out of the file while empty, so a state file without any still
+    /// loads in builds that predate quarantine.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) quarantine: BTreeMap<ids::PciAddress, crate::health::quarantine::Quarantine>,
 }
 
 impl Desired {

@@ -22,6 +22,7 @@ pub(crate) fn check(d: &Desired) -> Result<(), String> {
     identities(d, &mut found);
     allocations(d, &mut found);
     intents(d, &mut found);
+    quarantines(d, &mut found);
     if found.is_empty() {
         return Ok(());
     }
@@ -31,6 +32,18 @@ pub(crate) fn check(d: &Desired) -> Result<(), String> {
         text.push_str(&format!("; and {more} more"));
     }
     Err(text)
+}
+
+/// Each quarantine is filed under its own GPU.
+fn quarantines(d: &Desired, found: &mut Vec<String>) {
+    for (key, q) in &d.quarantine {
+        if *key != q.gpu {
+            found.push(format!(
+                "the quarantine of GPU {} is filed under GPU {key}",
+                q.gpu
+            ));
+        }
+    }
 }
 
 /// Each ledger entry is filed under its own id, and its identity is one its kind can have.
@@ -243,6 +256,26 @@ mod tests {
     fn a_consistent_state_passes() {
         check(&base().0).unwrap();
         check(&Desired::default()).unwrap();
+    }
+
+    #[test]
+    fn a_quarantine_filed_under_another_gpu_is_refused() {
+        use crate::health::quarantine::{Quarantine, QuarantineSource};
+        let (mut d, _, _) = base();
+        let q = Quarantine {
+            gpu: "0000:07:00.0".parse().unwrap(),
+            since: 1,
+            reason: "Xid 79".into(),
+            source: QuarantineSource::Auto,
+            xid: Some(79),
+        };
+        d.quarantine.insert(q.gpu, q.clone());
+        check(&d).unwrap();
+        d.quarantine.insert("0000:0f:00.0".parse().unwrap(), q);
+        refused(
+            &d,
+            "the quarantine of GPU 0000:07:00.0 is filed under GPU 0000:0f:00.0",
+        );
     }
 
     #[test]

@@ -304,6 +304,13 @@ impl Nvml for TimedNvml {
             n.wait_xid_event(timeout_ms)
         })
     }
+    fn health_signals(&self, i: u32) -> NvmlResult<gpu::HealthSignals> {
+        self.call(
+            Gate::NvmlIndex(i),
+            "nvmlDeviceGetTotalEccErrors",
+            move |n| n.health_signals(i),
+        )
+    }
 }
 
 /// [`AmdSmi`] with every call time-bounded; a timeout reads as `AMDSMI_STATUS_TIMEOUT`.

@@ -24,6 +24,7 @@ pub const FAILED: &str = "org.freedesktop.DBus.Error.Failed";
 const ENGINE_NAMES: &[(&str, &str)] = &[
     ("no_capacity", "io.vgpud.Agent1.Error.NoCapacity"),
     ("busy", "io.vgpud.Agent1.Error.Busy"),
+    ("quarantined", "io.vgpud.Agent1.Error.Quarantined"),
     ("unsupported", "io.vgpud.Agent1.Error.Unsupported"),
     ("conflict", "io.vgpud.Agent1.Error.Conflict"),
     ("not_found", "io.vgpud.Agent1.Error.NotFound"),

@@ -367,6 +367,24 @@ impl ManagerObject {
         reason: &str,
     ) -> zbus::Result<()>;
 
+    /// A GPU was quarantined (`source`: `auto` or `operator`): no new slices or allocations on
+    /// it.
+    #[zbus(signal)]
+    pub(crate) async fn gpu_quarantined(
+        emitter: &SignalEmitter<'_>,
+        gpu: &str,
+        reason: &str,
+        source: &str,
+    ) -> zbus::Result<()>;
+
+    /// A quarantined GPU returned to service (`how`: `probe` or `operator`).
+    #[zbus(signal)]
+    pub(crate) async fn gpu_released(
+        emitter: &SignalEmitter<'_>,
+        gpu: &str,
+        how: &str,
+    ) -> zbus::Result<()>;
+
     /// A reconcile pass finished.
     #[zbus(signal)]
     pub(crate) async fn reconcile_done(
@@ -473,12 +491,57 @@ impl GpuObject {
         self.prop(|p| p.slices.clone())
     }
 
+    /// Whether the GPU is quarantined (no new slices or allocations on it).
+    #[zbus(property)]
+    fn quarantined(&self) -> fdo::Result<bool> {
+        self.prop(|p| p.quarantined)
+    }
+
+    /// Since when and why it is quarantined; empty when it is not.
+    #[zbus(property)]
+    fn quarantine_reason(&self) -> fdo::Result<String> {
+        self.prop(|p| p.quarantine_reason.clone())
+    }
+
     /// This GPU's inventory entry as JSON (read now: MIG profiles with how many more fit,
     /// mdev types with their available instances, VFs, slices whoever made them).
     async fn json(&self) -> Result<String, DbusError> {
         let address = self.address;
         let detail = self.shared.call(move |s| s.gpu(address)).await?;
         to_json(&wire::inventory::GpuDetail::from(&detail))
+    }
+
+    /// Quarantines this GPU by hand (as `POST /v1/gpus/{id}/quarantine`): no new slices or
+    /// allocations on it until an operator releases it. Returns the quarantine as JSON. Needs
+    /// `io.vgpud.manage`.
+    async fn quarantine(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        reason: String,
+    ) -> Result<String, DbusError> {
+        self.shared.authorize(conn, &header, Action::Manage).await?;
+        let req = wire::health::QuarantineRequest { reason };
+        let reason = req.reason()?.to_owned();
+        let address = self.address;
+        let record = run(&self.shared, conn, move |s| {
+            s.quarantine_gpu(address, &reason)
+        })
+        .await?;
+        to_json(&wire::health::Quarantine::from(&record))
+    }
+
+    /// Returns this quarantined GPU to service (as `POST /v1/gpus/{id}/release`); returns the
+    /// quarantine that ended as JSON. Needs `io.vgpud.manage`.
+    async fn release(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, DbusError> {
+        self.shared.authorize(conn, &header, Action::Manage).await?;
+        let address = self.address;
+        let record = run(&self.shared, conn, move |s| s.release_gpu(address)).await?;
+        to_json(&wire::health::Quarantine::from(&record))
     }
 }
 

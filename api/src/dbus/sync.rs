@@ -104,10 +104,11 @@ impl Shared {
         let fetched = self
             .blocking(move |s| {
                 let host = refresh_host.then(|| HostFacts::from_inventory(&s.host()));
-                (host, s.slices(), s.allocations())
+                let quarantines = s.engine().quarantines();
+                (host, s.slices(), s.allocations(), quarantines)
             })
             .await;
-        let (host, slices, allocations) = match fetched {
+        let (host, slices, allocations, quarantines) = match fetched {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!("D-Bus objects not refreshed: {e}");
@@ -119,7 +120,7 @@ impl Shared {
             if let Some(host) = host {
                 *facts = host;
             }
-            View::build(&facts, &slices, &allocations)
+            View::build(&facts, &slices, &allocations, &quarantines)
         };
         let old = std::mem::replace(&mut *lock(&self.view), new.clone());
         if let Err(e) = self.publish(conn, &old, &new).await {
@@ -309,6 +310,14 @@ async fn emit_event(conn: &Connection, event: &Event) -> zbus::Result<()> {
             allocation,
             reason,
         } => ManagerObject::stale_vm_link(e, domain, allocation, reason).await,
+        Event::GpuQuarantined {
+            gpu,
+            reason,
+            source,
+        } => ManagerObject::gpu_quarantined(e, &gpu.to_string(), reason, source.as_str()).await,
+        Event::GpuReleased { gpu, how } => {
+            ManagerObject::gpu_released(e, &gpu.to_string(), how.as_str()).await
+        }
         Event::ReconcileDone {
             recreated,
             intents_resolved,

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use agent::engine::{Allocation, Slice, SliceId, SliceKind};
+use agent::health::quarantine::Quarantine;
 use ids::PciAddress;
 use inventory::HostInventory;
 use serde::Serialize;
@@ -73,6 +74,9 @@ props!(
         driver: String => "Driver",
         mig_enabled: bool => "MigEnabled",
         slices: Vec<OwnedObjectPath> => "Slices",
+        quarantined: bool => "Quarantined",
+        /// Empty when not quarantined.
+        quarantine_reason: String => "QuarantineReason",
     }
 );
 
@@ -128,6 +132,8 @@ impl HostFacts {
                     driver: g.driver.clone().unwrap_or_default(),
                     mig_enabled: g.mig.as_ref().is_some_and(|m| m.enabled),
                     slices: Vec::new(),
+                    quarantined: false,
+                    quarantine_reason: String::new(),
                 };
                 (g.pci_address, props)
             })
@@ -149,9 +155,20 @@ pub(crate) struct View {
 }
 
 impl View {
-    /// The view of the host with these slices and allocations.
-    pub(crate) fn build(host: &HostFacts, slices: &[Slice], allocations: &[Allocation]) -> View {
+    /// The view of the host with these slices, allocations and quarantines.
+    pub(crate) fn build(
+        host: &HostFacts,
+        slices: &[Slice],
+        allocations: &[Allocation],
+        quarantines: &[Quarantine],
+    ) -> View {
         let mut gpus = host.gpus.clone();
+        for q in quarantines {
+            if let Some(g) = gpus.get_mut(&q.gpu) {
+                g.quarantined = true;
+                g.quarantine_reason = q.refusal();
+            }
+        }
         let mut slice_props = BTreeMap::new();
         for s in slices {
             if let Some(g) = s.spec.gpu.pci().and_then(|a| gpus.get_mut(&a)) {

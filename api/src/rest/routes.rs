@@ -33,6 +33,8 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(get_host))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
+        .routes(routes!(super::health::quarantine_gpu))
+        .routes(routes!(super::health::release_gpu))
         .routes(routes!(list_slices, create_slice))
         .routes(routes!(get_slice, destroy_slice))
         .routes(routes!(list_allocations, create_allocation))
@@ -171,7 +173,7 @@ async fn list_slices(State(st): State<AppState>) -> Result<Json<Vec<Slice>>, Api
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "The connection carries no identity", body = ErrorBody),
         (status = 404, description = "No such GPU", body = ErrorBody),
-        (status = 409, description = "No capacity, busy, or in conflict with the current state", body = ErrorBody),
+        (status = 409, description = "No capacity, busy, the GPU quarantined (code `quarantined`), or in conflict with the current state", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid or not offered", body = ErrorBody),
@@ -253,7 +255,7 @@ async fn list_allocations(State(st): State<AppState>) -> Result<Json<Vec<Allocat
         (status = 400, description = "Malformed JSON or header", body = ErrorBody),
         (status = 401, description = "The connection carries no identity", body = ErrorBody),
         (status = 404, description = "No such GPU", body = ErrorBody),
-        (status = 409, description = "No capacity, busy, or the key was used for another request", body = ErrorBody),
+        (status = 409, description = "No capacity, busy, every candidate GPU quarantined (code `quarantined`, naming since when and why), or the key was used for another request", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid, or no GPU offers the type", body = ErrorBody),

@@ -75,6 +75,22 @@ pub enum Event {
         /// What no longer exists.
         reason: String,
     },
+    /// A GPU was quarantined: no new slices or allocations on it.
+    GpuQuarantined {
+        /// The GPU.
+        gpu: String,
+        /// Why.
+        reason: String,
+        /// Who: `auto` (vgpud's health monitor) or `operator`.
+        source: String,
+    },
+    /// A quarantined GPU returned to service.
+    GpuReleased {
+        /// The GPU.
+        gpu: String,
+        /// How: `probe` (the health probe passed) or `operator`.
+        how: String,
+    },
     /// A reconcile pass finished.
     ReconcileDone {
         /// Owned slices re-created.
@@ -105,6 +121,8 @@ impl Event {
             Event::ForeignFound { .. } => "foreign_found",
             Event::LayoutStatus { .. } => "layout_status",
             Event::StaleVmLink { .. } => "stale_vm_link",
+            Event::GpuQuarantined { .. } => "gpu_quarantined",
+            Event::GpuReleased { .. } => "gpu_released",
             Event::ReconcileDone { .. } => "reconcile_done",
             Event::Lagged { .. } => "lagged",
         }
@@ -166,6 +184,19 @@ impl From<&engine::Event> for Event {
                 domain: domain.clone(),
                 allocation: allocation.clone(),
                 reason: reason.clone(),
+            },
+            E::GpuQuarantined {
+                gpu,
+                reason,
+                source,
+            } => Event::GpuQuarantined {
+                gpu: gpu.to_string(),
+                reason: reason.clone(),
+                source: source.as_str().to_owned(),
+            },
+            E::GpuReleased { gpu, how } => Event::GpuReleased {
+                gpu: gpu.to_string(),
+                how: how.as_str().to_owned(),
             },
             E::ReconcileDone {
                 recreated,

@@ -38,6 +38,9 @@ pub enum GpuHealth {
     Degraded,
     /// Its vendor library calls do not answer.
     Unresponsive,
+    /// Quarantined: no new slices or allocations (`health_reasons` starts with since when and
+    /// why).
+    Quarantined,
 }
 
 /// Telemetry of one GPU.
@@ -80,6 +83,7 @@ impl From<&agent::service::GpuDetail> for GpuDetail {
                 H::Ok => GpuHealth::Ok,
                 H::Degraded => GpuHealth::Degraded,
                 H::Unresponsive => GpuHealth::Unresponsive,
+                H::Quarantined => GpuHealth::Quarantined,
             },
             health_reasons: d.health_reasons.clone(),
             utilization: d.utilization.map(|u| GpuUtilization {

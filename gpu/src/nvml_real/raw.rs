@@ -431,6 +431,46 @@ pub(crate) fn mig_device_gpu_instance_id(mig_device: &Device<'_>) -> NvmlResult<
     Ok(id)
 }
 
+/// What `nvmlDeviceGetRemappedRows` answers (Ampere and newer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RemappedRows {
+    /// Rows remapped for correctable errors.
+    pub(crate) correctable: u64,
+    /// Rows remapped for uncorrectable errors.
+    pub(crate) uncorrectable: u64,
+    /// A remapping failed.
+    pub(crate) failure: bool,
+}
+
+/// `nvmlDeviceGetRemappedRows`; `None` where the GPU has no row remapping (`NOT_SUPPORTED`, as
+/// every pre-Ampere GPU answers) or the driver lacks the symbol. nvml-wrapper has no safe call.
+pub(crate) fn remapped_rows(device: &Device<'_>) -> NvmlResult<Option<RemappedRows>> {
+    const CALL: &str = "nvmlDeviceGetRemappedRows";
+    let Ok(f) = sym(&lib(device).nvmlDeviceGetRemappedRows, CALL) else {
+        return Ok(None);
+    };
+    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
+    // SAFETY: four valid out-pointers to `unsigned int`; the device handle is live.
+    let ret = unsafe {
+        f(
+            handle(device),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
+    };
+    match check(CALL, ret) {
+        Ok(()) => Ok(Some(RemappedRows {
+            correctable: u64::from(corr),
+            uncorrectable: u64::from(unc),
+            failure: failure != 0,
+        })),
+        Err(e) if e.code == NvmlCode::NOT_SUPPORTED => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The far end of an NVLink is an NVSwitch (not a GPU).
 pub(crate) const NVLINK_REMOTE_SWITCH: u32 =
     sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_SWITCH;
