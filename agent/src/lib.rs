@@ -9,8 +9,8 @@
 pub mod apply_slot;
 pub mod config;
 pub mod engine;
-pub mod metrics;
 pub mod health;
+pub mod metrics;
 pub mod pinning;
 pub mod service;
 pub mod subject_rule;

@@ -21,11 +21,11 @@ use crate::engine::{
     Allocation, AllocationId, AllocationRequest, CreateSlice, Engine, EngineError, Event, Layout,
     LayoutsView, NumaPolicy, ReconcileReport, Scheduling, Slice, SliceId, SliceRequest,
 };
-use crate::metrics::failure_reason;
-use crate::metrics::process::ProcessStats;
 use crate::health::quarantine::{Quarantine, QuarantineSource, ReleaseHow};
 use crate::health::view::GpuHealthView;
 use crate::health::{Health, HealthSettings};
+use crate::metrics::failure_reason;
+use crate::metrics::process::ProcessStats;
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
 use crate::telemetry::TelemetryCache;
 

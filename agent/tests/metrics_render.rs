@@ -358,7 +358,11 @@ fn a_running_vgpu_reports_its_framebuffer_utilisation_and_idleness() {
     assert!(fb > 0.0 && fb <= f64::from(1u32 << 30), "{fb}");
     let util = value(&text, "vgpud_slice_utilization_ratio", &here).unwrap();
     assert!((0.0..=1.0).contains(&util), "{util}");
-    assert!(matching(&text, "vgpud_slices_idle", &[("consumer", "desk")]).is_empty());
+    // A consumer holding slices has a row from the start: none idle yet.
+    assert_eq!(
+        value(&text, "vgpud_slices_idle", &[("consumer", "desk")]),
+        Some(0.0)
+    );
     std::thread::sleep(window * 2);
     p.poll_once();
     let text = s.metrics_text().unwrap();
@@ -373,5 +377,87 @@ fn a_running_vgpu_reports_its_framebuffer_utilisation_and_idleness() {
     std::thread::sleep(window * 2);
     busy.poll_once();
     let text = s.metrics_text().unwrap();
-    assert!(matching(&text, "vgpud_slices_idle", &[("consumer", "desk")]).is_empty());
+    // A consumer holding slices has a row from the start: none idle yet.
+    assert_eq!(
+        value(&text, "vgpud_slices_idle", &[("consumer", "desk")]),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn xids_memory_errors_and_quarantine_reach_the_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, s) = service("dgx-a100", dir.path());
+    let poll = |s: &Service| {
+        Poller::new(
+            s.engine().clone(),
+            s.telemetry_cache(),
+            PollerSettings::default(),
+        )
+        .with_health(s.health().clone())
+        .poll_once();
+        s.metrics_text().unwrap()
+    };
+    s.health().check();
+    let here = [("pci_bus_id", A100)];
+    let before = poll(&s);
+    assert_eq!(value(&before, "DCGM_FI_DEV_XID_ERRORS", &here), Some(0.0));
+    assert_eq!(value(&before, "vgpud_gpu_quarantined", &here), Some(0.0));
+
+    // An application Xid is counted and named as dcgm's last Xid, and quarantines nothing.
+    sim.inject_xid(addr(A100), 13).unwrap();
+    s.health().wait_xid(1000);
+    let text = poll(&s);
+    assert_eq!(value(&text, "DCGM_FI_DEV_XID_ERRORS", &here), Some(13.0));
+    let ignored = [("pci_bus_id", A100), ("xid", "13"), ("action", "ignore")];
+    assert_eq!(
+        value(&text, "vgpud_gpu_xid_events_total", &ignored),
+        Some(1.0)
+    );
+    assert_eq!(value(&text, "vgpud_gpu_quarantined", &here), Some(0.0));
+
+    // Xid 79 quarantines: the state set, the flag and the counter say so.
+    sim.inject_xid(addr(A100), 79).unwrap();
+    s.health().wait_xid(1000);
+    let text = poll(&s);
+    assert_eq!(value(&text, "DCGM_FI_DEV_XID_ERRORS", &here), Some(79.0));
+    let q = [
+        ("pci_bus_id", A100),
+        ("xid", "79"),
+        ("action", "quarantine"),
+    ];
+    assert_eq!(value(&text, "vgpud_gpu_xid_events_total", &q), Some(1.0));
+    assert_eq!(value(&text, "vgpud_gpu_quarantined", &here), Some(1.0));
+    let state = [("pci_bus_id", A100), ("state", "quarantined")];
+    assert_eq!(value(&text, "vgpud_gpu_health", &state), Some(1.0));
+    let ok = [("pci_bus_id", A100), ("state", "ok")];
+    assert_eq!(value(&text, "vgpud_gpu_health", &ok), Some(0.0));
+
+    // Memory-error counters the GPU reports appear with dcgm's names.
+    let other = addr("0000:0f:00.0");
+    let signals = gpu::HealthSignals {
+        ecc_sbe_volatile: Some(4),
+        ecc_dbe_volatile: Some(0),
+        remapped_correctable: Some(2),
+        remap_failure: Some(false),
+        ..gpu::HealthSignals::default()
+    };
+    sim.set_health_signals(other, signals).unwrap();
+    s.health().check();
+    let text = poll(&s);
+    let there = [("pci_bus_id", "0000:0f:00.0")];
+    assert_eq!(
+        value(&text, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", &there),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(&text, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", &there),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&text, "DCGM_FI_DEV_ROW_REMAP_FAILURE", &there),
+        Some(0.0)
+    );
+    // A counter the GPU does not report is absent, not 0.
+    assert_eq!(value(&text, "DCGM_FI_DEV_RETIRED_SBE", &there), None);
 }

@@ -19,6 +19,7 @@ pub fn start(service: &Service, config: &MetricsConfig) -> anyhow::Result<Poller
         service.telemetry_cache(),
         settings,
     )
+    .with_health(service.health().clone())
     .spawn()
     .context("starting the telemetry poller")
 }

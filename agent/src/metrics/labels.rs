@@ -7,7 +7,7 @@ use crate::engine::EngineError;
 /// `internal`.
 pub fn failure_reason(e: &EngineError) -> &'static str {
     match e {
-        EngineError::NoCapacity(why) if why.contains("quarantine") => "quarantined",
+        EngineError::Quarantined(_) => "quarantined",
         EngineError::NoCapacity(_) | EngineError::Busy(_) => "no_capacity",
         EngineError::InvalidRequest(_) | EngineError::Unsupported(_) => "invalid",
         EngineError::Conflict(_) => "conflict",

@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -92,51 +92,49 @@ pub fn render(
 fn device_families(registry: &mut Registry, s: &TelemetrySnapshot) {
     type Field = (&'static str, &'static str, fn(&gpu::Telemetry) -> f64);
     let fields: [Field; 11] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |t| {
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)", |t| {
             f64::from(t.gpu_util_pct)
         }),
         (
             "DCGM_FI_DEV_MEM_COPY_UTIL",
-            "Memory utilization (in %).",
+            "Memory utilization (in %)",
             |t| f64::from(t.mem_copy_util_pct),
         ),
         (
             "DCGM_FI_DEV_FB_USED",
-            "Framebuffer memory used (in MiB).",
+            "Framebuffer memory used (in MiB)",
             |t| t.fb_used_mib as f64,
         ),
         (
             "DCGM_FI_DEV_FB_FREE",
-            "Framebuffer memory free (in MiB).",
+            "Framebuffer memory free (in MiB)",
             |t| t.fb_free_mib as f64,
         ),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |t| {
+        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)", |t| {
             f64::from(t.temperature_c)
         }),
-        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |t| {
+        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)", |t| {
             f64::from(t.power_mw) / 1000.0
         }),
         (
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-            "Total energy consumption since boot (in mJ).",
+            "Total energy consumption since boot (in mJ)",
             |t| t.energy_mj as f64,
         ),
-        (
-            "DCGM_FI_DEV_SM_CLOCK",
-            "SM clock frequency (in MHz).",
-            |t| f64::from(t.sm_clock_mhz),
-        ),
+        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)", |t| {
+            f64::from(t.sm_clock_mhz)
+        }),
         (
             "DCGM_FI_DEV_MEM_CLOCK",
-            "Memory clock frequency (in MHz).",
+            "Memory clock frequency (in MHz)",
             |t| f64::from(t.mem_clock_mhz),
         ),
-        ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation.", |t| {
+        ("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe link generation", |t| {
             f64::from(t.pcie_link_gen)
         }),
         (
             "DCGM_FI_DEV_PCIE_LINK_WIDTH",
-            "PCIe link width (lanes).",
+            "PCIe link width (lanes)",
             |t| f64::from(t.pcie_link_width),
         ),
     ];
@@ -174,11 +172,8 @@ fn mig_rows(s: &TelemetrySnapshot, used: bool) -> FloatRows {
     rows
 }
 
-/// GPU identity and health. The health signals (ECC, retired pages, remapped rows, throttle
-/// reasons, Xid: `DCGM_FI_DEV_ECC_*`, `DCGM_FI_DEV_RETIRED_*`, `DCGM_FI_DEV_*_REMAPPED_ROWS`,
-/// `DCGM_FI_DEV_ROW_REMAP_FAILURE`, `DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`,
-/// `DCGM_FI_DEV_XID_ERRORS`, `vgpud_gpu_xid_events_total`) belong here: they come from the
-/// health module's `Nvml::health_signals` once it fills [`GpuSnapshot`].
+/// GPU identity and health: the info metric, the health state set, the quarantine flag, and
+/// what the health monitor read (Xids, ECC, retired pages, remapped rows, throttle reasons).
 fn health_families(registry: &mut Registry, s: &TelemetrySnapshot) {
     let gpu_labels = |g: &GpuSnapshot| {
         pairs(&[
@@ -234,6 +229,115 @@ fn health_families(registry: &mut Registry, s: &TelemetrySnapshot) {
         "Whether the GPU is quarantined (no new slices or allocations)",
         quarantined,
     );
+    xid_families(registry, s);
+    signal_families(registry, s);
+}
+
+/// `DCGM_FI_DEV_XID_ERRORS` (dcgm's meaning: the last Xid, 0 for none) for NVIDIA GPUs the
+/// monitor watches, and `vgpud_gpu_xid_events_total` by code and what it did.
+fn xid_families(registry: &mut Registry, s: &TelemetrySnapshot) {
+    let nvidia = || s.gpus.iter().filter(|g| g.vendor == "nvidia");
+    let last = nvidia()
+        .map(|g| {
+            (
+                device_labels(g, &s.hostname),
+                to_i64(g.last_xid.unwrap_or(0)),
+            )
+        })
+        .collect();
+    int_gauge(
+        registry,
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error encountered",
+        last,
+    );
+    let events = Family::<Labels, Counter>::default();
+    for g in nvidia() {
+        for &(xid, action, count) in &g.xid_events {
+            let labels = pairs(&[
+                ("gpu", &g.index.to_string()),
+                ("UUID", &g.uuid),
+                ("pci_bus_id", &g.pci_bus_id),
+                ("xid", &xid.to_string()),
+                ("action", action),
+            ]);
+            events.get_or_create(&labels).inc_by(count);
+        }
+    }
+    registry.register(
+        "vgpud_gpu_xid_events",
+        "Xid events since the agent started, by code and action (quarantine or ignore)",
+        events,
+    );
+}
+
+/// The dcgm memory-error and throttle gauges, where the GPU reports the counter.
+fn signal_families(registry: &mut Registry, s: &TelemetrySnapshot) {
+    type Field = (
+        &'static str,
+        &'static str,
+        fn(&gpu::HealthSignals) -> Option<u64>,
+    );
+    let fields: [Field; 9] = [
+        (
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "Total number of single-bit volatile ECC errors",
+            |h| h.ecc_sbe_volatile,
+        ),
+        (
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "Total number of double-bit volatile ECC errors",
+            |h| h.ecc_dbe_volatile,
+        ),
+        (
+            "DCGM_FI_DEV_RETIRED_SBE",
+            "Total number of retired pages due to single-bit errors",
+            |h| h.retired_sbe,
+        ),
+        (
+            "DCGM_FI_DEV_RETIRED_DBE",
+            "Total number of retired pages due to double-bit errors",
+            |h| h.retired_dbe,
+        ),
+        (
+            "DCGM_FI_DEV_RETIRED_PENDING",
+            "Whether pages wait for retirement (1) or not (0)",
+            |h| h.retired_pending.map(u64::from),
+        ),
+        (
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            "Number of remapped rows for correctable errors",
+            |h| h.remapped_correctable,
+        ),
+        (
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "Number of remapped rows for uncorrectable errors",
+            |h| h.remapped_uncorrectable,
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "Whether remapping of rows has failed (1) or not (0)",
+            |h| h.remap_failure.map(u64::from),
+        ),
+        (
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "Current clock throttle reasons (NVML clocks-event bitmask)",
+            |h| h.clock_event_reasons,
+        ),
+    ];
+    for (name, help, value) in fields {
+        let rows = s
+            .gpus
+            .iter()
+            .filter_map(|g| {
+                Some((
+                    device_labels(g, &s.hostname),
+                    to_i64(value(g.signals.as_ref()?)?),
+                ))
+            })
+            .collect();
+        int_gauge(registry, name, help, rows);
+    }
 }
 
 /// Per slice: the info join and usage where the vendor reports it.
@@ -309,10 +413,20 @@ fn slice_families(registry: &mut Registry, s: &TelemetrySnapshot) {
         "Slices vgpud owns, by type, backend, state and GPU",
         by_state.into_iter().collect(),
     );
-    let idle = s
-        .idle_by_consumer
+    // Every consumer holding slices has a row (0 when none is idle), so a dashboard or an alert
+    // sees "none idle" rather than no data.
+    let mut idle_counts: BTreeMap<&str, u64> = s
+        .slices
         .iter()
-        .map(|(c, n)| (pairs(&[("consumer", c)]), to_i64(*n)))
+        .filter(|sl| !sl.consumer.is_empty())
+        .map(|sl| (sl.consumer.as_str(), 0))
+        .collect();
+    for (c, n) in &s.idle_by_consumer {
+        idle_counts.insert(c.as_str(), *n);
+    }
+    let idle = idle_counts
+        .into_iter()
+        .map(|(c, n)| (pairs(&[("consumer", c)]), to_i64(n)))
         .collect();
     int_gauge(
         registry,

@@ -16,6 +16,8 @@ use super::idle::{Held, IdleTracker};
 use super::snapshot::{GpuSnapshot, MigSnapshot, SliceSnapshot, TelemetrySnapshot};
 use crate::config::MetricsConfig;
 use crate::engine::{Engine, GpuCapacity, GpuReading, Slice, SliceKind, SliceState};
+use crate::health::Health;
+use crate::health::view::{GpuHealthView, HealthState};
 
 /// How often to poll and what counts as idle.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -59,6 +61,7 @@ pub struct Poller {
     engine: Engine,
     cache: Arc<TelemetryCache>,
     settings: PollerSettings,
+    health: Option<Arc<Health>>,
     idle: IdleTracker,
     last_read: HashMap<PciAddress, SystemTime>,
     last_poll: Option<Instant>,
@@ -84,10 +87,18 @@ impl Poller {
             engine,
             cache,
             settings,
+            health: None,
             idle: IdleTracker::default(),
             last_read: HashMap::new(),
             last_poll: None,
         }
+    }
+
+    /// Takes each GPU's health (quarantine, Xids, health signals) from the health monitor: a
+    /// scrape then shows them without asking the monitor, which reads the engine's state.
+    pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// Starts the polling thread (the first poll at once).
@@ -136,6 +147,7 @@ impl Poller {
         let allocations = self.engine.allocations();
         let capacity = self.engine.capacity(&inventory, &slices);
         let now = SystemTime::now();
+        let health: Vec<GpuHealthView> = self.health.as_ref().map(|h| h.view()).unwrap_or_default();
         let readings: Vec<GpuReading> = inventory
             .gpus
             .iter()
@@ -146,7 +158,13 @@ impl Poller {
             .iter()
             .zip(&readings)
             .enumerate()
-            .map(|(i, (g, r))| self.gpu_snapshot(i, g, r, &slices, &capacity, now))
+            .map(|(i, (g, r))| {
+                let mut snap = self.gpu_snapshot(i, g, r, &slices, &capacity, now);
+                if let Some(view) = health.iter().find(|v| v.address == g.pci_address) {
+                    apply_health(&mut snap, view);
+                }
+                snap
+            })
             .collect();
         let slice_rows: Vec<SliceSnapshot> = slices
             .iter()
@@ -244,8 +262,28 @@ impl Poller {
             fragmentation: cap.map_or(0.0, |c| c.fragmentation),
             waste: cap.map_or(0.0, |c| c.waste),
             stranded: cap.map_or(0.0, |c| c.stranded),
+            last_xid: None,
+            xid_events: Vec::new(),
+            signals: None,
         }
     }
+}
+
+/// The health monitor's word on a GPU: its state wins over what this poll saw when it is worse
+/// (a quarantine is never hidden by a good telemetry reading), and its Xid counts and health
+/// signals go with the snapshot.
+fn apply_health(snap: &mut GpuSnapshot, view: &GpuHealthView) {
+    let rank = |s: &str| HealthState::ALL.iter().position(|h| h.as_str() == s);
+    if rank(view.state.as_str()) > rank(snap.health) {
+        snap.health = view.state.as_str();
+    }
+    snap.last_xid = view.last_xid;
+    snap.xid_events = view
+        .xid_events
+        .iter()
+        .map(|x| (x.xid, x.action.as_str(), x.count))
+        .collect();
+    snap.signals = view.signals;
 }
 
 /// The MIG devices NVML reported, with their profile from the inventory.

@@ -56,6 +56,12 @@ pub struct GpuSnapshot {
     pub waste: f64,
     /// Free capacity no offered type can use, GPUs.
     pub stranded: f64,
+    /// The last Xid the health monitor saw.
+    pub last_xid: Option<u64>,
+    /// Xid events since the agent started: code, action (`quarantine`/`ignore`), count.
+    pub xid_events: Vec<(u64, &'static str, u64)>,
+    /// The monitor's last health-signal reading.
+    pub signals: Option<gpu::HealthSignals>,
 }
 
 /// One MIG GPU instance.
