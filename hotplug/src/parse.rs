@@ -225,7 +225,13 @@ mod tests {
 
     #[test]
     fn hostile_names_are_ignored_not_trusted() {
-        for name in ["", "..", "0000:47:00.0/../../etc", "zzzz:47:00.0", "0000:47:00.9"] {
+        for name in [
+            "",
+            "..",
+            "0000:47:00.0/../../etc",
+            "zzzz:47:00.0",
+            "0000:47:00.9",
+        ] {
             let p = pci("add", &[("PCI_SLOT_NAME", name)]);
             assert!(
                 matches!(parse(&p), Err(Ignored::Name { .. })),

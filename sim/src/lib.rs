@@ -32,6 +32,7 @@ mod store;
 mod sysfs_view;
 mod telemetry;
 mod tree;
+mod uevent;
 mod util;
 mod vgpu_host;
 
@@ -47,3 +48,4 @@ pub use profile::{
     VgpuTypeSpec,
 };
 pub use sysfs_view::SimSysfs;
+pub use uevent::Uevent;

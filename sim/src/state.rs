@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::fault::{Access, Fault, FaultAction};
 use crate::mig::GiProfile;
 use crate::profile::{GpuModel, GpuSpec, Profile, parse_class};
+use crate::uevent::UeventLog;
 use crate::util::parse_cpulist;
 
 /// Version of the `host.json` layout.
@@ -33,6 +34,9 @@ pub(crate) struct State {
     pub faults: Vec<Fault>,
     pub xids: VecDeque<PendingXid>,
     pub boots: u64,
+    /// The uevents the changes so far emitted (see [`crate::uevent`]).
+    #[serde(default)]
+    pub uevents: UeventLog,
 }
 
 /// A PCI function's runtime state.
@@ -408,6 +412,7 @@ impl State {
             faults: Vec::new(),
             xids: VecDeque::new(),
             boots: 0,
+            uevents: UeventLog::default(),
         };
         st.boot(hw);
         st

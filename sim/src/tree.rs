@@ -206,7 +206,7 @@ fn node_meminfo(id: u16, total_mib: u64, free_mib: u64) -> String {
 }
 
 /// The sysfs directory of every present function; a VF sits next to its PF.
-fn device_dirs(state: &State, hw: &Hw) -> BTreeMap<PciAddress, String> {
+pub(crate) fn device_dirs(state: &State, hw: &Hw) -> BTreeMap<PciAddress, String> {
     let mut dirs = BTreeMap::new();
     for (addr, p) in &state.pci {
         let dir = match &p.vf {
@@ -516,7 +516,7 @@ fn render_groups(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddres
 }
 
 /// The directory of an mdev parent: its PCI function's, or its virtual device's.
-fn parent_dir(
+pub(crate) fn parent_dir(
     state: &State,
     dirs: &BTreeMap<PciAddress, String>,
     name: &MdevParentName,
