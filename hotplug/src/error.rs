@@ -12,6 +12,9 @@ pub enum HotplugError {
         #[source]
         source: std::io::Error,
     },
+    /// The thread that watches for events could not be started.
+    #[error("cannot start the device event watcher")]
+    Watcher(#[source] std::io::Error),
     /// The source must run inside a Tokio runtime.
     #[error("the event source must be started inside a Tokio runtime")]
     NoRuntime,
