@@ -8,14 +8,12 @@
 
 use std::time::Duration;
 
-use hotplug::{EventSource, HotplugError, Subscription};
+use hotplug::{EventSource, HotplugError, QUEUE, Subscription};
 use sim::SimHost;
 use tokio::sync::mpsc;
 
 /// How often the watcher looks (a fraction of the daemon's 250 ms quiet period).
 const POLL: Duration = Duration::from_millis(50);
-/// How many parsed events may wait for the consumer.
-const QUEUE: usize = 4096;
 
 /// The event source of a simulated host.
 #[derive(Debug, Clone)]

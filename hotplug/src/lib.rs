@@ -29,4 +29,4 @@ pub use event::{Action, Device, DeviceEvent};
 #[cfg(feature = "netlink")]
 pub use netlink::{Group, NetlinkSource};
 pub use parse::{Ignored, SUBSYSTEMS, parse};
-pub use source::{EventSource, Quiet, Subscription};
+pub use source::{EventSource, QUEUE, Quiet, Subscription};

@@ -9,7 +9,7 @@ use crate::event::DeviceEvent;
 
 /// How many parsed events may wait for the consumer. A burst beyond it loses events, which is
 /// harmless: the consumer re-reads the host after any event (see the crate documentation).
-pub(crate) const QUEUE: usize = 4096;
+pub const QUEUE: usize = 4096;
 
 /// A running subscription: events arrive on `events` until the source stops (the channel
 /// closes) or the subscription is dropped (the source's task ends at its next event).

@@ -33,6 +33,7 @@ mod marks;
 mod mig_geometry;
 pub mod model;
 mod ops;
+mod presence;
 mod reconcile;
 mod recover;
 pub mod reports;
@@ -55,6 +56,7 @@ pub use layout::{
     AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
 };
 pub use model::*;
+pub use presence::DeviceChange;
 pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};

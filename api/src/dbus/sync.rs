@@ -242,6 +242,8 @@ fn changes_host(event: &Event) -> bool {
         Event::Drift { .. }
             | Event::ForeignFound { .. }
             | Event::LayoutStatus { .. }
+            | Event::DeviceRemoved { .. }
+            | Event::DeviceAdded { .. }
             | Event::ReconcileDone { .. }
     )
 }
@@ -309,6 +311,18 @@ async fn emit_event(conn: &Connection, event: &Event) -> zbus::Result<()> {
             allocation,
             reason,
         } => ManagerObject::stale_vm_link(e, domain, allocation, reason).await,
+        Event::DeviceRemoved {
+            device,
+            slices,
+            reason,
+        } => {
+            let paths: Vec<OwnedObjectPath> = slices.iter().map(slice_path).collect();
+            ManagerObject::device_removed(e, &device.to_string(), paths, reason).await
+        }
+        Event::DeviceAdded { device, slices } => {
+            let paths: Vec<OwnedObjectPath> = slices.iter().map(slice_path).collect();
+            ManagerObject::device_added(e, &device.to_string(), paths).await
+        }
         Event::ReconcileDone {
             recreated,
             intents_resolved,

@@ -75,6 +75,23 @@ pub enum Event {
         /// What no longer exists.
         reason: String,
     },
+    /// A PCI device with owned slices left the bus: the slices are `failed` with `reason`, their
+    /// allocations kept.
+    DeviceRemoved {
+        /// The device (PCI address).
+        device: String,
+        /// Its owned slices.
+        slices: Vec<String>,
+        /// Why the slices are failed.
+        reason: String,
+    },
+    /// A PCI device with owned slices is back on the bus: its slices are being re-created.
+    DeviceAdded {
+        /// The device (PCI address).
+        device: String,
+        /// Its owned slices.
+        slices: Vec<String>,
+    },
     /// A reconcile pass finished.
     ReconcileDone {
         /// Owned slices re-created.
@@ -105,6 +122,8 @@ impl Event {
             Event::ForeignFound { .. } => "foreign_found",
             Event::LayoutStatus { .. } => "layout_status",
             Event::StaleVmLink { .. } => "stale_vm_link",
+            Event::DeviceRemoved { .. } => "device_removed",
+            Event::DeviceAdded { .. } => "device_added",
             Event::ReconcileDone { .. } => "reconcile_done",
             Event::Lagged { .. } => "lagged",
         }
@@ -166,6 +185,19 @@ impl From<&engine::Event> for Event {
                 domain: domain.clone(),
                 allocation: allocation.clone(),
                 reason: reason.clone(),
+            },
+            E::DeviceRemoved {
+                device,
+                slices,
+                reason,
+            } => Event::DeviceRemoved {
+                device: device.to_string(),
+                slices: slices.iter().map(ToString::to_string).collect(),
+                reason: reason.clone(),
+            },
+            E::DeviceAdded { device, slices } => Event::DeviceAdded {
+                device: device.to_string(),
+                slices: slices.iter().map(ToString::to_string).collect(),
             },
             E::ReconcileDone {
                 recreated,
