@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod daemon;
 mod daemon_config;
+mod daemon_hotplug;
 mod daemon_listen;
 mod daemon_systemd;
 pub mod state_cmd;
