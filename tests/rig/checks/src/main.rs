@@ -36,10 +36,11 @@ fn run(args: Vec<String>) -> anyhow::Result<bool> {
         }
         ["inventory", "--console", console] => inventory(console),
         ["engine", phase @ ("create" | "verify"), "--state-dir", dir] => engine(phase, dir),
+        ["hotplug", "--state-dir", dir] => hotplug(dir),
         ["sim", "--profile", profile, "--kernel", observations] => compare(profile, observations),
         ["libvirt", "--nested-kernel", kernel] => libvirt(kernel),
         _ => anyhow::bail!(
-            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE"
+            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks hotplug --state-dir DIR | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE"
         ),
     }
 }
@@ -54,6 +55,16 @@ fn engine(phase: &str, dir: &str) -> anyhow::Result<bool> {
         "create" => rig_checks::engine_phases::create(&fs, pf, dir, &mut report)?,
         _ => rig_checks::engine_phases::verify(&fs, pf, dir, &mut report)?,
     }
+    report.print("kernel");
+    Ok(report.failures() == 0)
+}
+
+/// Runs the hot-plug phase on the host it runs on (the rig's guest): PF removal and rescan.
+fn hotplug(dir: &str) -> anyhow::Result<bool> {
+    let fs = sysfs::RealSysfs::host();
+    let pf = rig_checks::find_pf(&fs).context("no SR-IOV PF in the guest")?;
+    let mut report = rig_checks::Report::default();
+    rig_checks::hotplug_phase::run(&fs, pf, std::path::Path::new(dir), &mut report)?;
     report.print("kernel");
     Ok(report.failures() == 0)
 }
