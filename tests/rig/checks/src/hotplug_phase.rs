@@ -160,13 +160,18 @@ async fn phase(
         seen.iter().any(removed_pf),
         describe(&seen),
     );
-    let vf_removed = vf.is_some_and(|v| {
+    // The kernel removes the PF's VFs (igb disables SR-IOV in its remove) before the PF.
+    let position = |d: PciAddress| {
         seen.iter()
-            .any(|e| e.action == Action::Removed && e.device == Device::Pci(v))
-    });
+            .position(|e| e.action == Action::Removed && e.device == Device::Pci(d))
+    };
+    let vf_first = vf
+        .and_then(position)
+        .zip(position(pf))
+        .is_some_and(|(v, p)| v < p);
     r.check(
-        "hotplug: the slice's VF is removed first, in the same burst",
-        vf_removed,
+        "hotplug: the slice's VF is removed before the PF",
+        vf_first,
         format!("{vf:?}"),
     );
     let now = slice_now(&engine, slice.id);
