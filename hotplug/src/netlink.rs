@@ -136,3 +136,26 @@ impl EventSource for NetlinkSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_runtime_the_monitor_refuses_with_why() {
+        let e = NetlinkSource::on(Group::Kernel).subscribe().unwrap_err();
+        assert!(matches!(e, HotplugError::NoRuntime), "{e:?}");
+    }
+
+    #[test]
+    fn the_group_says_which_in_the_log() {
+        assert_eq!(
+            Group::Kernel.to_string(),
+            "netlink group \"kernel\" (no systemd-udevd)"
+        );
+        assert_eq!(
+            Group::detect() == Group::Udev,
+            Path::new("/run/udev/control").exists()
+        );
+    }
+}
