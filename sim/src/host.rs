@@ -368,7 +368,7 @@ impl SimHost {
 
 fn present_gpu(st: &State, gpu: PciAddress) -> Result<(), SimError> {
     st.gpu(gpu).ok_or(SimError::UnknownGpu(gpu))?;
-    if st.removed.contains(&gpu) {
+    if st.removed.contains(&gpu) || st.detached.contains(&gpu) {
         return Err(SimError::GpuState {
             gpu,
             state: "removed",

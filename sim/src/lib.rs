@@ -26,6 +26,7 @@ mod kernel;
 mod mdev;
 mod mig;
 mod nvml_view;
+mod pci_hotplug;
 mod profile;
 mod state;
 mod store;

@@ -34,6 +34,9 @@ pub(crate) struct State {
     pub faults: Vec<Fault>,
     pub xids: VecDeque<PendingXid>,
     pub boots: u64,
+    /// Functions removed through sysfs (`<dev>/remove`): a rescan or a reboot brings them back.
+    #[serde(default)]
+    pub detached: BTreeSet<PciAddress>,
     /// The uevents the changes so far emitted (see [`crate::uevent`]).
     #[serde(default)]
     pub uevents: UeventLog,
@@ -412,6 +415,7 @@ impl State {
             faults: Vec::new(),
             xids: VecDeque::new(),
             boots: 0,
+            detached: BTreeSet::new(),
             uevents: UeventLog::default(),
         };
         st.boot(hw);
@@ -426,6 +430,8 @@ impl State {
         self.faults.clear();
         self.xids.clear();
         self.pci.clear();
+        // A function removed through sysfs is still in the machine: the boot finds it again.
+        self.detached.clear();
         for (addr, dev) in &hw.devices {
             if !self.removed.contains(addr) {
                 self.pci.insert(*addr, PciState::hardware(dev));
@@ -691,7 +697,7 @@ impl State {
                 .profile
                 .gpus
                 .iter()
-                .filter(|g| g.xgmi_hive == Some(id) && !self.removed.contains(&g.address))
+                .filter(|g| g.xgmi_hive == Some(id) && self.pci.contains_key(&g.address))
                 .map(|g| g.address)
                 .collect(),
         }
@@ -748,7 +754,7 @@ pub(crate) const AMDGPU: &str = "amdgpu";
 pub(crate) const GIM: &str = "gim";
 
 impl PciState {
-    fn hardware(dev: &HwDev) -> Self {
+    pub(crate) fn hardware(dev: &HwDev) -> Self {
         Self {
             driver: dev.driver.clone(),
             driver_override: None,

@@ -30,6 +30,10 @@ pub(crate) enum Store {
     GimMemoryMode(PciAddress),
     /// `/proc/driver/nvidia/gpus/<bdf>/unbindLock`.
     UnbindLock(PciAddress),
+    /// `<dev>/remove`.
+    Remove(PciAddress),
+    /// `/sys/bus/pci/rescan`.
+    Rescan,
 }
 
 /// One node of the tree.
@@ -320,7 +324,11 @@ fn render_device(
             }
             render_vendor_vfio(t, state, addr, dir, listings);
         }
-        None => render_pf_extras(t, state, hw, addr, dir, dirs),
+        None => {
+            // A VF's `remove` is not modelled (its PF's `sriov_numvfs` owns its life).
+            t.wo(&f("remove"), Store::Remove(addr));
+            render_pf_extras(t, state, hw, addr, dir, dirs);
+        }
     }
 }
 
@@ -480,6 +488,7 @@ fn render_vgpu_gpu_instance(t: &mut Tree, state: &State, dir: &str, vf: &crate::
 
 fn render_drivers(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {
     t.wo("/sys/bus/pci/drivers_probe", Store::DriversProbe);
+    t.wo("/sys/bus/pci/rescan", Store::Rescan);
     t.ro("/sys/bus/pci/drivers_autoprobe", "1\n");
     for d in state.drivers(hw) {
         let base = format!("/sys/bus/pci/drivers/{d}");

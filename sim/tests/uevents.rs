@@ -115,3 +115,73 @@ fn another_process_sees_the_uevents_through_the_state_directory() {
     assert_eq!(b.uevents_since(start).unwrap().len(), 66);
     assert_eq!(b.uevent_seqnum().unwrap(), start + 66);
 }
+
+fn rig_guest() -> SimHost {
+    let profile = Profile::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/rig/rig-guest.toml"
+    )))
+    .unwrap();
+    SimHost::new(profile).unwrap()
+}
+
+const IGB: &str = "0000:81:00.0";
+
+#[test]
+fn sysfs_remove_takes_the_vfs_first_and_a_rescan_brings_the_pf_back() {
+    let h = rig_guest();
+    let fs = h.sysfs();
+    write(&fs, &dev(IGB, "sriov_numvfs"), "7");
+    let vfs = vfs(&fs, IGB);
+    write(&fs, &dev(&vfs[0], "driver_override"), "vfio-pci");
+    write(&fs, &dev(&vfs[0], "driver/unbind"), &vfs[0]);
+    write(&fs, "/sys/bus/pci/drivers_probe", &vfs[0]);
+    assert_eq!(
+        link_name(&fs, &dev(&vfs[0], "driver")).as_deref(),
+        Some("vfio-pci")
+    );
+    let start = h.uevent_seqnum().unwrap();
+    // Not a number, or 0: nothing happens (kstrtoul; remove_store).
+    assert_eq!(write_err(&fs, &dev(IGB, "remove"), "yes"), libc::EINVAL);
+    write(&fs, &dev(IGB, "remove"), "0");
+    assert!(exists(&fs, &dev(IGB, "vendor")));
+    assert_eq!(h.uevents_since(start).unwrap(), []);
+
+    write(&fs, &dev(IGB, "remove"), "1");
+    assert!(!exists(&fs, &format!("/sys/bus/pci/devices/{IGB}")));
+    assert!(!exists(&fs, &format!("/sys/bus/pci/devices/{}", vfs[0])));
+    // What the rig's kernel sent for the same write: unbind and remove per VF, then the PF.
+    let s = summary(&h.uevents_since(start).unwrap());
+    let mut expected = Vec::new();
+    for vf in &vfs {
+        expected.push(format!("unbind pci {vf}"));
+        expected.push(format!("remove pci {vf}"));
+    }
+    expected.push(format!("unbind pci {IGB}"));
+    expected.push(format!("remove pci {IGB}"));
+    assert_eq!(s, expected);
+
+    let after = h.uevent_seqnum().unwrap();
+    write(&fs, "/sys/bus/pci/rescan", "1");
+    let s = summary(&h.uevents_since(after).unwrap());
+    assert_eq!(s, [format!("add pci {IGB}"), format!("bind pci {IGB} igb")]);
+    assert_eq!(read(&fs, &dev(IGB, "sriov_numvfs")), "0");
+}
+
+#[test]
+fn a_device_a_vm_holds_is_not_removed_and_a_reboot_finds_a_removed_one() {
+    let h = rig_guest();
+    let fs = h.sysfs();
+    write(&fs, &dev(IGB, "sriov_numvfs"), "1");
+    let vf = vfs(&fs, IGB)[0].clone();
+    write(&fs, &dev(&vf, "driver_override"), "vfio-pci");
+    write(&fs, &dev(&vf, "driver/unbind"), &vf);
+    write(&fs, "/sys/bus/pci/drivers_probe", &vf);
+    h.set_vfio_open(addr(&vf), true).unwrap();
+    assert_eq!(write_err(&fs, &dev(IGB, "remove"), "1"), libc::EBUSY);
+    assert!(exists(&fs, &dev(&vf, "vendor")));
+    h.set_vfio_open(addr(&vf), false).unwrap();
+    write(&fs, &dev(IGB, "remove"), "1");
+    h.reboot().unwrap();
+    assert_eq!(link_name(&fs, &dev(IGB, "driver")).as_deref(), Some("igb"));
+}
