@@ -6,7 +6,9 @@
 //! comes and the slice is re-created (its VF back on vfio-pci) and still allocated.
 //!
 //! Runs on a clean PF (after phase `verify`, which hands everything back), with its own state
-//! directory.
+//! directory. The same phase runs on the simulator (`rig-checks sim-hotplug`) and its
+//! observations (the uevents for the PF and the slice's VF, the slice's states) must equal the
+//! kernel's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use agent::engine::{
 };
 use hotplug::{Action, Device, DeviceEvent, Group, Subscription};
 use ids::PciAddress;
+use inventory::HostAccess;
 use sysfs::Sysfs;
 use tokio::sync::broadcast;
 
@@ -73,30 +76,62 @@ fn describe(events: &[DeviceEvent]) -> String {
     s.join("; ")
 }
 
-/// The phase. `fs` is the real host's sysfs.
-pub fn run(fs: &dyn Sysfs, pf: PciAddress, state_dir: &Path, r: &mut Report) -> anyhow::Result<()> {
+/// The PF's and the slice's VF's events, in order, named by role (`VF unbind`, `PF add`, …).
+fn roles(events: &[DeviceEvent], pf: PciAddress, vf: Option<PciAddress>) -> String {
+    events
+        .iter()
+        .filter_map(|e| {
+            let role = match &e.device {
+                Device::Pci(a) if *a == pf => "PF",
+                Device::Pci(a) if Some(*a) == vf => "VF",
+                _ => return None,
+            };
+            let action = match &e.action {
+                Action::Added => "add".to_owned(),
+                Action::Removed => "remove".to_owned(),
+                Action::Bound { driver } => format!("bind {driver}"),
+                Action::Unbound => "unbind".to_owned(),
+                Action::Changed => "change".to_owned(),
+            };
+            Some(format!("{role} {action}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The phase on a host (the rig's guest, or the simulator of it).
+pub fn run(
+    access: HostAccess,
+    pf: PciAddress,
+    state_dir: &Path,
+    r: &mut Report,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(phase(fs, pf, state_dir, r))
+    runtime.block_on(phase(access, pf, state_dir, r))
 }
 
 async fn phase(
-    fs: &dyn Sysfs,
+    access: HostAccess,
     pf: PciAddress,
     state_dir: &Path,
     r: &mut Report,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(state_dir)?;
-    let access = hostwire::real_access(Path::new("/"));
     let source = access.events.clone();
+    let fs_handle = access.sysfs.clone();
+    let fs: &dyn Sysfs = fs_handle.as_ref();
+    let on_kernel = access.source == "host:/";
     let engine = Engine::open(EngineConfig::new(state_dir, access))?;
     engine.reconcile()?;
-    r.check(
-        "hotplug: no systemd-udevd in the guest, so the kernel's netlink group is used",
-        Group::detect() == Group::Kernel,
-        format!("{:?}", Group::detect()),
-    );
+    if on_kernel {
+        r.check(
+            "hotplug: no systemd-udevd in the guest, so the kernel's netlink group is used",
+            Group::detect() == Group::Kernel,
+            format!("{:?}", Group::detect()),
+        );
+    }
     let mut sub = match source.subscribe() {
         Ok(s) => s,
         Err(e) => {
@@ -151,7 +186,10 @@ async fn phase(
     {}
     let mut engine_events = engine.subscribe();
 
-    std::fs::write(format!("/sys/bus/pci/devices/{pf}/remove"), "1")?;
+    fs.write(
+        Path::new(&format!("/sys/bus/pci/devices/{pf}/remove")),
+        b"1",
+    )?;
     let removed_pf = |e: &DeviceEvent| e.action == Action::Removed && e.device == Device::Pci(pf);
     let failed = |e: &Engine| slice_now(e, slice.id).is_some_and(|s| s.state == SliceState::Failed);
     let (seen, ok) = follow(&mut sub, &engine, &removed_pf, &failed).await;
@@ -174,7 +212,15 @@ async fn phase(
         vf_first,
         format!("{vf:?}"),
     );
+    r.observe(
+        "hotplug: remove: uevents of the PF and the slice's VF",
+        roles(&seen, pf, vf),
+    );
     let now = slice_now(&engine, slice.id);
+    r.observe(
+        "hotplug: remove: the slice",
+        format!("{:?}", now.as_ref().map(|s| (&s.state, &s.reason))),
+    );
     let why = format!("GPU {pf} was removed from the PCI bus");
     r.check(
         "hotplug: after the removal the slice is failed with the reason",
@@ -202,7 +248,7 @@ async fn phase(
         "",
     );
 
-    std::fs::write("/sys/bus/pci/rescan", "1")?;
+    fs.write(Path::new("/sys/bus/pci/rescan"), b"1")?;
     let added_pf = |e: &DeviceEvent| e.action == Action::Added && e.device == Device::Pci(pf);
     let back =
         |e: &Engine| slice_now(e, slice.id).is_some_and(|s| s.state == SliceState::Allocated);
@@ -217,6 +263,7 @@ async fn phase(
             && matches!(&e.action, Action::Bound { driver } if driver == "igb")
     });
     r.check("hotplug: and igb binding it again", bound, "");
+    r.observe("hotplug: rescan: uevents of the PF", roles(&seen, pf, None));
     let now = slice_now(&engine, slice.id);
     let on_vfio = now
         .as_ref()
@@ -231,6 +278,14 @@ async fn phase(
             "{:?}",
             now.as_ref()
                 .map(|s| (&s.state, s.handles.pci_address, &s.reason))
+        ),
+    );
+    r.observe(
+        "hotplug: rescan: the slice",
+        format!(
+            "{:?} on vfio-pci {on_vfio}",
+            now.as_ref()
+                .map(|s| (&s.state, s.handles.pci_address == vf))
         ),
     );
     let raised = drain(&mut engine_events).into_iter().any(|e| {
