@@ -173,16 +173,46 @@ fn a_hot_unplugged_gpu_fails_its_slices_and_a_replug_restores_them() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
     let s = create(&e, T4, mdev_kind("nvidia-222")).unwrap();
+    let mut events = e.subscribe();
     h.remove_gpu(addr(T4)).unwrap();
     let report = e.reconcile().unwrap();
-    assert_eq!(report.failed.len(), 1, "{report:?}");
-    assert!(report.failed[0].1.contains("not present"), "{report:?}");
+    let why = format!("GPU {T4} was removed from the PCI bus");
+    assert_eq!(report.failed, vec![(s.id, why.clone())], "{report:?}");
+    assert_eq!(report.devices_removed.len(), 1, "{report:?}");
+    assert_eq!(report.devices_removed[0].slices, vec![s.id]);
     let now = e.slice(s.id).unwrap();
     assert_eq!(now.state, SliceState::Failed);
-    assert!(now.reason.unwrap().contains("not present"));
+    assert_eq!(now.reason.as_deref(), Some(why.as_str()));
+    let seen: Vec<Event> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    let removed: Vec<_> = seen
+        .iter()
+        .filter(|ev| matches!(ev, Event::DeviceRemoved { .. }))
+        .collect();
+    assert_eq!(
+        removed,
+        [&Event::DeviceRemoved {
+            device: addr(T4).into(),
+            slices: vec![s.id],
+            reason: why.clone(),
+        }]
+    );
+    // A second pass while it is still gone: the same reason, no second event.
+    let report = e.reconcile().unwrap();
+    assert_eq!(report.failed, vec![(s.id, why)]);
+    assert!(report.devices_removed.is_empty());
+    assert!(
+        !std::iter::from_fn(|| events.try_recv().ok())
+            .any(|ev| matches!(ev, Event::DeviceRemoved { .. }))
+    );
     h.add_gpu(addr(T4)).unwrap();
     let report = e.reconcile().unwrap();
     assert_eq!(report.recreated, vec![s.id]);
+    assert_eq!(report.devices_returned.len(), 1, "{report:?}");
     let back = e.slice(s.id).unwrap();
     assert_eq!((back.state, back.identity), (SliceState::Ready, s.identity));
+    assert!(std::iter::from_fn(|| events.try_recv().ok()).any(|ev| ev
+        == Event::DeviceAdded {
+            device: addr(T4).into(),
+            slices: vec![s.id],
+        }));
 }

@@ -715,3 +715,49 @@ async fn an_operator_quarantines_and_releases_a_gpu_over_dbus() {
         .unwrap_err();
     assert_eq!(error_name(&e), "io.vgpud.Agent1.Error.Conflict", "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_gpu_and_its_return_are_signalled_with_its_slices() {
+    let Some(bus) = Bus::start() else { return };
+    let agent = Agent::start(&bus, "dgx-a100").await;
+    let client = bus.client().await;
+    let mut manager_signals = signals(&client, MANAGER).await;
+    let service = agent.service.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        service.allocate(agent::engine::AllocationRequest {
+            consumer: "nova".into(),
+            vm: None,
+            request: agent::engine::SliceRequest::new("3g.40gb", 1),
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let slice = made.slices[0];
+    let gpu = agent.service.slices()[0].spec.gpu.to_string();
+
+    agent._sim.remove_gpu(gpu.parse().unwrap()).unwrap();
+    let service = agent.service.clone();
+    tokio::task::spawn_blocking(move || service.reconcile())
+        .await
+        .unwrap()
+        .unwrap();
+    let removed = next_signal(&mut manager_signals, "DeviceRemoved").await;
+    let (device, slices, reason): (String, Vec<OwnedObjectPath>, String) =
+        removed.body().deserialize().unwrap();
+    assert_eq!(device, gpu);
+    assert_eq!(slices, vec![dbus::slice_path(&slice)]);
+    assert_eq!(reason, format!("GPU {gpu} was removed from the PCI bus"));
+    let state: String = get(&client, slices[0].as_str(), SLICE, "State").await;
+    assert_eq!(state, "failed");
+
+    agent._sim.add_gpu(gpu.parse().unwrap()).unwrap();
+    let service = agent.service.clone();
+    tokio::task::spawn_blocking(move || service.reconcile())
+        .await
+        .unwrap()
+        .unwrap();
+    let added = next_signal(&mut manager_signals, "DeviceAdded").await;
+    let (device, slices): (String, Vec<OwnedObjectPath>) = added.body().deserialize().unwrap();
+    assert_eq!((device, slices), (gpu, vec![dbus::slice_path(&slice)]));
+}

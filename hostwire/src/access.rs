@@ -8,6 +8,8 @@ use inventory::HostAccess;
 use sim::SimHost;
 use sysfs::RealSysfs;
 
+use crate::sim_events::SimEvents;
+
 /// Access to a simulated host.
 pub fn sim_access(sim: &SimHost) -> HostAccess {
     let nvml = sim.nvml();
@@ -23,6 +25,7 @@ pub fn sim_access(sim: &SimHost) -> HostAccess {
         nvml,
         amd: Ok((sim.amd(), "simulated AMD SMI".to_owned())),
         hostname: Some(sim.hostname()),
+        events: Arc::new(SimEvents::new(sim.clone())),
     }
 }
 
@@ -53,11 +56,20 @@ pub fn real_access(root: &Path) -> HostAccess {
     } else {
         format!("root:{}", root.display())
     };
+    let events: Arc<dyn hotplug::EventSource> = if on_host {
+        Arc::new(hotplug::NetlinkSource::detect())
+    } else {
+        Arc::new(hotplug::Quiet::new(format!(
+            "no kernel announces changes to a tree under {}",
+            root.display()
+        )))
+    };
     HostAccess {
         source,
         sysfs: fs,
         nvml,
         amd,
         hostname: None,
+        events,
     }
 }

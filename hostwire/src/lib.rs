@@ -10,6 +10,7 @@
 mod access;
 pub mod capture;
 mod choice;
+mod sim_events;
 mod sim_libvirt;
 
 pub use access::{real_access, sim_access};

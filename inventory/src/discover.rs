@@ -23,6 +23,9 @@ pub struct HostAccess {
     pub amd: Result<(Arc<dyn AmdSmi>, String), String>,
     /// The host name, when the source knows it better than `/proc/sys/kernel/hostname`.
     pub hostname: Option<String>,
+    /// The host's device events (PCI and mdev hot-plug, driver binding); discovery does not use
+    /// them, the daemon re-reads the host when they come.
+    pub events: Arc<dyn hotplug::EventSource>,
 }
 
 /// Everything read about the host's PCI functions, by address.

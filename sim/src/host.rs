@@ -16,6 +16,7 @@ use crate::profile::Profile;
 use crate::state::{Hw, PciState, PendingXid, State};
 use crate::store::Store;
 use crate::sysfs_view::SimSysfs;
+use crate::uevent::Uevent;
 
 /// A simulated host. Cheap to clone; clones share the model. With a state directory, other
 /// `SimHost`s on the same directory (in this or another process) see every change.
@@ -361,6 +362,17 @@ impl SimHost {
         })
     }
 
+    /// The uevents the kernel would have sent since sequence number `seqnum` (see the `uevent`
+    /// module), oldest first: what a netlink monitor on this host receives.
+    pub fn uevents_since(&self, seqnum: u64) -> Result<Vec<Uevent>, SimError> {
+        self.store.read(|v| v.state.uevents.since(seqnum))
+    }
+
+    /// The last uevent sequence number (`/sys/kernel/uevent_seqnum`).
+    pub fn uevent_seqnum(&self) -> Result<u64, SimError> {
+        self.store.read(|v| v.state.uevents.seqnum)
+    }
+
     /// Applies a change to the model under the store's locks.
     pub(crate) fn change<T>(
         &self,
@@ -377,7 +389,7 @@ impl SimHost {
 
 fn present_gpu(st: &State, gpu: PciAddress) -> Result<(), SimError> {
     st.gpu(gpu).ok_or(SimError::UnknownGpu(gpu))?;
-    if st.removed.contains(&gpu) {
+    if st.removed.contains(&gpu) || st.detached.contains(&gpu) {
         return Err(SimError::GpuState {
             gpu,
             state: "removed",

@@ -26,12 +26,14 @@ mod kernel;
 mod mdev;
 mod mig;
 mod nvml_view;
+mod pci_hotplug;
 mod profile;
 mod state;
 mod store;
 mod sysfs_view;
 mod telemetry;
 mod tree;
+mod uevent;
 mod util;
 mod vgpu_host;
 mod vgpu_usage;
@@ -48,3 +50,4 @@ pub use profile::{
     VgpuTypeSpec,
 };
 pub use sysfs_view::SimSysfs;
+pub use uevent::Uevent;

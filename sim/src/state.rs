@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::fault::{Access, Fault, FaultAction};
 use crate::mig::GiProfile;
 use crate::profile::{GpuModel, GpuSpec, Profile, parse_class};
+use crate::uevent::UeventLog;
 use crate::util::parse_cpulist;
 
 /// Version of the `host.json` layout.
@@ -33,6 +34,12 @@ pub(crate) struct State {
     pub faults: Vec<Fault>,
     pub xids: VecDeque<PendingXid>,
     pub boots: u64,
+    /// Functions removed through sysfs (`<dev>/remove`): a rescan or a reboot brings them back.
+    #[serde(default)]
+    pub detached: BTreeSet<PciAddress>,
+    /// The uevents the changes so far emitted (see [`crate::uevent`]).
+    #[serde(default)]
+    pub uevents: UeventLog,
 }
 
 /// A PCI function's runtime state.
@@ -432,6 +439,8 @@ impl State {
             faults: Vec::new(),
             xids: VecDeque::new(),
             boots: 0,
+            detached: BTreeSet::new(),
+            uevents: UeventLog::default(),
         };
         st.boot(hw);
         st
@@ -445,6 +454,8 @@ impl State {
         self.faults.clear();
         self.xids.clear();
         self.pci.clear();
+        // A function removed through sysfs is still in the machine: the boot finds it again.
+        self.detached.clear();
         for (addr, dev) in &hw.devices {
             if !self.removed.contains(addr) {
                 self.pci.insert(*addr, PciState::hardware(dev));
@@ -720,7 +731,7 @@ impl State {
                 .profile
                 .gpus
                 .iter()
-                .filter(|g| g.xgmi_hive == Some(id) && !self.removed.contains(&g.address))
+                .filter(|g| g.xgmi_hive == Some(id) && self.pci.contains_key(&g.address))
                 .map(|g| g.address)
                 .collect(),
         }
@@ -777,7 +788,7 @@ pub(crate) const AMDGPU: &str = "amdgpu";
 pub(crate) const GIM: &str = "gim";
 
 impl PciState {
-    fn hardware(dev: &HwDev) -> Self {
+    pub(crate) fn hardware(dev: &HwDev) -> Self {
         Self {
             driver: dev.driver.clone(),
             driver_override: None,

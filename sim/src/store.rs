@@ -255,6 +255,8 @@ impl Store {
         let hw = cache.hw.clone();
         let out = f(&mut next, &hw);
         if out.is_ok() && next != cache.state {
+            // The kernel announces each change it makes; so does the model.
+            crate::uevent::record(&cache.state, &mut next, &hw);
             let stamp = self.save(&next)?;
             cache.state = next;
             cache.tree = None;

@@ -253,5 +253,7 @@ fn apply(
         Store::GimMemoryMode(gpu) => crate::gim::write_memory_partition_mode(st, *gpu, data),
         Store::UnbindLock(gpu) => kernel::write_unbind_lock(st, *gpu, data),
         Store::Reset(gpu) => kernel::write_reset(st, *gpu, data),
+        Store::Remove(addr) => crate::pci_hotplug::write_remove(st, hw, *addr, data),
+        Store::Rescan => crate::pci_hotplug::write_rescan(st, hw, data),
     }
 }

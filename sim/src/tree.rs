@@ -32,6 +32,10 @@ pub(crate) enum Store {
     UnbindLock(PciAddress),
     /// `<bdf>/reset`: PCI function reset.
     Reset(PciAddress),
+    /// `<dev>/remove`.
+    Remove(PciAddress),
+    /// `/sys/bus/pci/rescan`.
+    Rescan,
 }
 
 /// One node of the tree.
@@ -208,7 +212,7 @@ fn node_meminfo(id: u16, total_mib: u64, free_mib: u64) -> String {
 }
 
 /// The sysfs directory of every present function; a VF sits next to its PF.
-fn device_dirs(state: &State, hw: &Hw) -> BTreeMap<PciAddress, String> {
+pub(crate) fn device_dirs(state: &State, hw: &Hw) -> BTreeMap<PciAddress, String> {
     let mut dirs = BTreeMap::new();
     for (addr, p) in &state.pci {
         let dir = match &p.vf {
@@ -322,7 +326,11 @@ fn render_device(
             }
             render_vendor_vfio(t, state, addr, dir, listings);
         }
-        None => render_pf_extras(t, state, hw, addr, dir, dirs),
+        None => {
+            // A VF's `remove` is not modelled (its PF's `sriov_numvfs` owns its life).
+            t.wo(&f("remove"), Store::Remove(addr));
+            render_pf_extras(t, state, hw, addr, dir, dirs);
+        }
     }
 }
 
@@ -487,6 +495,7 @@ fn render_vgpu_gpu_instance(t: &mut Tree, state: &State, dir: &str, vf: &crate::
 
 fn render_drivers(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddress, String>) {
     t.wo("/sys/bus/pci/drivers_probe", Store::DriversProbe);
+    t.wo("/sys/bus/pci/rescan", Store::Rescan);
     t.ro("/sys/bus/pci/drivers_autoprobe", "1\n");
     for d in state.drivers(hw) {
         let base = format!("/sys/bus/pci/drivers/{d}");
@@ -523,7 +532,7 @@ fn render_groups(t: &mut Tree, state: &State, hw: &Hw, dirs: &BTreeMap<PciAddres
 }
 
 /// The directory of an mdev parent: its PCI function's, or its virtual device's.
-fn parent_dir(
+pub(crate) fn parent_dir(
     state: &State,
     dirs: &BTreeMap<PciAddress, String>,
     name: &MdevParentName,

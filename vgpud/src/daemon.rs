@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent::config::{Config, DEFAULT_CONFIG};
@@ -22,11 +23,12 @@ use anyhow::Context;
 use clap::Args;
 use hostwire::{self as host, HostChoice};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
 use crate::daemon_config;
+use crate::daemon_hotplug;
 use crate::daemon_listen::{self, ServerResult};
 use crate::daemon_systemd::Systemd;
 
@@ -91,11 +93,13 @@ pub(crate) fn host_choice(args: &RunArgs, config: &Config) -> HostChoice {
     }
 }
 
-/// Opens the host, the engine and the service, and runs the first reconcile (blocking).
-fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<Service> {
+/// Opens the host, the engine and the service, and runs the first reconcile (blocking). Returns
+/// the service and the host's device events.
+fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<(Service, DeviceEvents)> {
     let choice = host_choice(args, config);
     let access = host::open(&choice)?;
     info!("host: {}", access.source);
+    let events = access.events.clone();
     let mut engine_config = EngineConfig::new(&config.state_dir, access);
     engine_config.vendor_timeout = Duration::from_millis(config.engine.vendor_call_timeout_ms);
     let engine = Engine::open(engine_config)
@@ -112,8 +116,10 @@ fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<Service> {
     }
     let report = service.reconcile().context("first reconcile")?;
     log_reconcile("first reconcile", &report);
-    Ok(service)
+    Ok((service, events))
 }
+
+type DeviceEvents = std::sync::Arc<dyn hotplug::EventSource>;
 
 fn log_reconcile(what: &str, r: &ReconcileReport) {
     info!(
@@ -207,7 +213,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
         move || open_service(&args, &config)
     });
     tokio::pin!(startup);
-    let service = loop {
+    let (service, device_events) = loop {
         tokio::select! {
             opened = &mut startup => break opened.context("start-up task")??,
             request = signals.next() => if let Request::Stop(name) = request {
@@ -249,6 +255,8 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     // Stops polling when dropped, at the end of `run`.
     let _telemetry = crate::daemon_metrics::start(&service, &config.metrics)?;
     let (interval_tx, interval_rx) = watch::channel(reconcile_interval(&config));
+    let hotplug_wake = Arc::new(Notify::new());
+    let hotplug = daemon_hotplug::start(&device_events, hotplug_wake.clone(), stop_rx.clone());
     let pinger = systemd
         .watchdog_period()
         .map(|period| tokio::spawn(watchdog(systemd.clone(), service.clone(), period)));
@@ -257,6 +265,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
         config.clone(),
         systemd.clone(),
         interval_rx,
+        hotplug_wake,
         stop_rx.clone(),
     ));
     let health = crate::daemon_health::spawn(&service, &stop_rx);
@@ -285,6 +294,9 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     health.join().await;
     if let Some(pinger) = pinger {
         pinger.abort();
+    }
+    if let Some(hotplug) = hotplug {
+        hotplug.abort();
     }
     if let Some(connection) = dbus {
         drop(connection);
@@ -387,29 +399,32 @@ async fn reconcile_loop(
     config: Config,
     systemd: Systemd,
     mut interval: watch::Receiver<Duration>,
+    hotplug: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         let period = *interval.borrow_and_update();
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
+        // Device events wake the loop early: one place runs reconciles, one at a time.
+        let what = tokio::select! {
+            _ = tokio::time::sleep(period) => "periodic reconcile",
+            _ = hotplug.notified() => "reconcile after device events",
             _ = interval.changed() => continue,
             _ = stop.wait_for(|s| *s) => return,
-        }
+        };
         let config = config.clone();
         let pass = blocking(&service, move |s| {
             s.reconcile().map(|report| (report, summary(s, &config)))
         });
         match pass.await {
             Ok(Ok((report, status))) => {
-                log_reconcile("periodic reconcile", &report);
+                log_reconcile(what, &report);
                 systemd.status(&status);
             }
             Ok(Err(e)) => {
-                error!("periodic reconcile failed: {e}");
+                error!("{what} failed: {e}");
                 systemd.status(&format!("degraded: the last reconcile failed: {e}"));
             }
-            Err(e) => error!("periodic reconcile: {e:#}"),
+            Err(e) => error!("{what}: {e:#}"),
         }
     }
 }

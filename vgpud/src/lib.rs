@@ -7,6 +7,7 @@ pub mod cli;
 pub mod daemon;
 mod daemon_config;
 mod daemon_health;
+mod daemon_hotplug;
 mod daemon_listen;
 mod daemon_metrics;
 mod daemon_systemd;

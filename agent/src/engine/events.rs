@@ -92,6 +92,23 @@ pub enum Event {
         /// How.
         how: ReleaseHow,
     },
+    /// A PCI device with owned slices left the bus: the slices are failed, their allocations
+    /// kept.
+    DeviceRemoved {
+        /// The device.
+        device: DeviceRef,
+        /// Its owned slices.
+        slices: Vec<SliceId>,
+        /// Why the slices are failed.
+        reason: String,
+    },
+    /// A PCI device with owned slices is back on the bus: its slices are being re-created.
+    DeviceAdded {
+        /// The device.
+        device: DeviceRef,
+        /// Its owned slices.
+        slices: Vec<SliceId>,
+    },
     /// A reconcile pass finished.
     ReconcileDone {
         /// Owned slices re-created.

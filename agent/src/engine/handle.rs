@@ -65,6 +65,8 @@ pub(super) struct Inner {
     pub(super) failures: Mutex<HashMap<SliceId, String>>,
     pub(super) foreign_seen: Mutex<BTreeSet<String>>,
     pub(super) layout_status: Mutex<BTreeMap<PciAddress, GpuLayoutStatus>>,
+    /// Devices with owned slices found gone from the PCI bus (see `presence`).
+    pub(super) gone: Mutex<BTreeSet<PciAddress>>,
     pub(super) events: broadcast::Sender<Event>,
     /// The agent's counters and histograms (vendor calls count here, the service adds the rest).
     pub(super) metrics: Metrics,
@@ -95,6 +97,7 @@ impl Engine {
                 failures: Mutex::new(HashMap::new()),
                 foreign_seen: Mutex::new(BTreeSet::new()),
                 layout_status: Mutex::new(BTreeMap::new()),
+                gone: Mutex::new(BTreeSet::new()),
                 events,
                 metrics,
             }),

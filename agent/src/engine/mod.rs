@@ -36,6 +36,7 @@ mod mig_geometry;
 pub mod model;
 mod ops;
 mod quarantine;
+mod presence;
 mod reconcile;
 mod recover;
 pub mod reports;
@@ -61,6 +62,7 @@ pub use layout::{
 };
 pub use model::*;
 pub use quarantine::{Quarantined, check_reason};
+pub use presence::DeviceChange;
 pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};

@@ -19,6 +19,7 @@ use super::handle::Engine;
 use super::layout::GpuLayoutStatus;
 use super::locks::lock;
 use super::model::{BackendKind, DeviceRef, Identity, SliceId};
+use super::presence::DeviceChange;
 use super::state::{Intent, OwnedSlice};
 use super::vfs;
 
@@ -42,6 +43,13 @@ pub struct ReconcileReport {
     /// NVIDIA PFs an interrupted SR-IOV sequence left off `nvidia`: what was found and done.
     #[serde(default)]
     pub interrupted_sriov: Vec<String>,
+    /// Devices with owned slices that left the PCI bus since the last pass.
+    #[serde(default)]
+    pub devices_removed: Vec<DeviceChange>,
+    /// Devices with owned slices that came back since the last pass (their slices re-created
+    /// in the same pass).
+    #[serde(default)]
+    pub devices_returned: Vec<DeviceChange>,
     /// Layout status per GPU.
     pub layouts: Vec<GpuLayoutStatus>,
     /// libvirt domains whose vgpud records name allocations or slices that no longer exist
@@ -80,6 +88,7 @@ impl Engine {
         // First: a PF left on pci-pf-stub hides its GPU from NVML and its VFs' vGPU files, which
         // the intents' rollbacks and the restores below need.
         self.finish_interrupted_sriov(&mut report);
+        self.track_presence(&mut report);
         self.resolve_intents(&mut report)?;
         self.restore_vfs(&mut report);
         self.restore_owned(&mut report);
@@ -185,6 +194,13 @@ impl Engine {
             }
         }
         for (gpu, (index, slices)) in need {
+            if slices
+                .iter()
+                .any(|id| report.failed.iter().any(|(f, _)| f == id))
+            {
+                // Gone from the bus (`track_presence` said why).
+                continue;
+            }
             let _gpu = self.inner.gpu_locks.lock(gpu);
             match self
                 .host()

@@ -52,6 +52,7 @@ impl TimedHost {
                 (None, Ok(_)) => Err("unavailable".to_owned()),
             },
             hostname: access.hostname.clone(),
+            events: access.events.clone(),
         };
         Self {
             fs: access.sysfs.clone(),

@@ -385,6 +385,24 @@ impl ManagerObject {
         how: &str,
     ) -> zbus::Result<()>;
 
+    /// A PCI device with owned slices left the bus: the slices are failed, their allocations
+    /// kept.
+    #[zbus(signal)]
+    pub(crate) async fn device_removed(
+        emitter: &SignalEmitter<'_>,
+        device: &str,
+        slices: Vec<OwnedObjectPath>,
+        reason: &str,
+    ) -> zbus::Result<()>;
+
+    /// A PCI device with owned slices is back on the bus: its slices are being re-created.
+    #[zbus(signal)]
+    pub(crate) async fn device_added(
+        emitter: &SignalEmitter<'_>,
+        device: &str,
+        slices: Vec<OwnedObjectPath>,
+    ) -> zbus::Result<()>;
+
     /// A reconcile pass finished.
     #[zbus(signal)]
     pub(crate) async fn reconcile_done(

@@ -243,6 +243,8 @@ fn changes_host(event: &Event) -> bool {
         Event::Drift { .. }
             | Event::ForeignFound { .. }
             | Event::LayoutStatus { .. }
+            | Event::DeviceRemoved { .. }
+            | Event::DeviceAdded { .. }
             | Event::ReconcileDone { .. }
     )
 }
@@ -317,6 +319,18 @@ async fn emit_event(conn: &Connection, event: &Event) -> zbus::Result<()> {
         } => ManagerObject::gpu_quarantined(e, &gpu.to_string(), reason, source.as_str()).await,
         Event::GpuReleased { gpu, how } => {
             ManagerObject::gpu_released(e, &gpu.to_string(), how.as_str()).await
+        }
+        Event::DeviceRemoved {
+            device,
+            slices,
+            reason,
+        } => {
+            let paths: Vec<OwnedObjectPath> = slices.iter().map(slice_path).collect();
+            ManagerObject::device_removed(e, &device.to_string(), paths, reason).await
+        }
+        Event::DeviceAdded { device, slices } => {
+            let paths: Vec<OwnedObjectPath> = slices.iter().map(slice_path).collect();
+            ManagerObject::device_added(e, &device.to_string(), paths).await
         }
         Event::ReconcileDone {
             recreated,

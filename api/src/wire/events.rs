@@ -91,6 +91,23 @@ pub enum Event {
         /// How: `probe` (the health probe passed) or `operator`.
         how: String,
     },
+    /// A PCI device with owned slices left the bus: the slices are `failed` with `reason`, their
+    /// allocations kept.
+    DeviceRemoved {
+        /// The device (PCI address).
+        device: String,
+        /// Its owned slices.
+        slices: Vec<String>,
+        /// Why the slices are failed.
+        reason: String,
+    },
+    /// A PCI device with owned slices is back on the bus: its slices are being re-created.
+    DeviceAdded {
+        /// The device (PCI address).
+        device: String,
+        /// Its owned slices.
+        slices: Vec<String>,
+    },
     /// A reconcile pass finished.
     ReconcileDone {
         /// Owned slices re-created.
@@ -123,6 +140,8 @@ impl Event {
             Event::StaleVmLink { .. } => "stale_vm_link",
             Event::GpuQuarantined { .. } => "gpu_quarantined",
             Event::GpuReleased { .. } => "gpu_released",
+            Event::DeviceRemoved { .. } => "device_removed",
+            Event::DeviceAdded { .. } => "device_added",
             Event::ReconcileDone { .. } => "reconcile_done",
             Event::Lagged { .. } => "lagged",
         }
@@ -197,6 +216,19 @@ impl From<&engine::Event> for Event {
             E::GpuReleased { gpu, how } => Event::GpuReleased {
                 gpu: gpu.to_string(),
                 how: how.as_str().to_owned(),
+            },
+            E::DeviceRemoved {
+                device,
+                slices,
+                reason,
+            } => Event::DeviceRemoved {
+                device: device.to_string(),
+                slices: slices.iter().map(ToString::to_string).collect(),
+                reason: reason.clone(),
+            },
+            E::DeviceAdded { device, slices } => Event::DeviceAdded {
+                device: device.to_string(),
+                slices: slices.iter().map(ToString::to_string).collect(),
             },
             E::ReconcileDone {
                 recreated,

@@ -8,6 +8,7 @@
 //! kernel's.
 
 pub mod engine_phases;
+pub mod hotplug_phase;
 pub mod libvirt_phase;
 mod scenarios;
 

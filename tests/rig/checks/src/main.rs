@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 const MARKER: &str = "RIG-OBSERVATIONS ";
+const HOTPLUG_MARKER: &str = "RIG-HOTPLUG-OBSERVATIONS ";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -36,10 +37,18 @@ fn run(args: Vec<String>) -> anyhow::Result<bool> {
         }
         ["inventory", "--console", console] => inventory(console),
         ["engine", phase @ ("create" | "verify"), "--state-dir", dir] => engine(phase, dir),
+        ["hotplug", "--state-dir", dir] => hotplug(dir),
+        [
+            "sim-hotplug",
+            "--profile",
+            profile,
+            "--kernel",
+            observations,
+        ] => sim_hotplug(profile, observations),
         ["sim", "--profile", profile, "--kernel", observations] => compare(profile, observations),
         ["libvirt", "--nested-kernel", kernel] => libvirt(kernel),
         _ => anyhow::bail!(
-            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE"
+            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks hotplug --state-dir DIR | rig-checks sim-hotplug --profile FILE --kernel OBSERVATIONS | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE"
         ),
     }
 }
@@ -56,6 +65,56 @@ fn engine(phase: &str, dir: &str) -> anyhow::Result<bool> {
     }
     report.print("kernel");
     Ok(report.failures() == 0)
+}
+
+/// Runs the hot-plug phase on the host it runs on (the rig's guest): PF removal and rescan.
+fn hotplug(dir: &str) -> anyhow::Result<bool> {
+    let fs = sysfs::RealSysfs::host();
+    let pf = rig_checks::find_pf(&fs).context("no SR-IOV PF in the guest")?;
+    let mut report = rig_checks::Report::default();
+    let access = hostwire::real_access(std::path::Path::new("/"));
+    rig_checks::hotplug_phase::run(access, pf, std::path::Path::new(dir), &mut report)?;
+    report.print("kernel");
+    println!(
+        "{HOTPLUG_MARKER}{}",
+        serde_json::to_string(&report.observations)?
+    );
+    Ok(report.failures() == 0)
+}
+
+/// Runs the hot-plug phase on the simulator of the guest and compares with the kernel's.
+fn sim_hotplug(profile: &str, observations: &str) -> anyhow::Result<bool> {
+    let kernel = read_observations(observations, HOTPLUG_MARKER)?;
+    let host = sim::SimHost::new(sim::Profile::load(std::path::Path::new(profile))?)?;
+    let fs = host.sysfs();
+    let pf = rig_checks::find_pf(fs.as_ref()).context("no SR-IOV PF in the simulated guest")?;
+    let state = std::env::temp_dir().join(format!("rig-sim-hotplug-{}", std::process::id()));
+    let mut report = rig_checks::Report::default();
+    let ran = rig_checks::hotplug_phase::run(hostwire::sim_access(&host), pf, &state, &mut report);
+    let _ = std::fs::remove_dir_all(&state);
+    ran?;
+    report.print("simulator hotplug");
+    let diffs = rig_checks::compare(&kernel, &report.observations);
+    for d in &diffs {
+        println!("sim-vs-kernel hotplug: DIFFERS {d}");
+    }
+    println!(
+        "sim-vs-kernel hotplug: {} observations, {} agree, {} differ",
+        kernel.len(),
+        kernel.len().saturating_sub(diffs.len()),
+        diffs.len()
+    );
+    Ok(diffs.is_empty() && report.failures() == 0)
+}
+
+fn read_observations(path: &str, marker: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the kernel's observations {path}"))?;
+    let json = text
+        .lines()
+        .find_map(|l| l.split_once(marker).map(|(_, j)| j))
+        .with_context(|| format!("no {} line in the kernel's output", marker.trim()))?;
+    Ok(serde_json::from_str(json.trim())?)
 }
 
 /// Runs the libvirt phase on the host it runs on (the rig's guest, chrooted with libvirt set up).
