@@ -1,0 +1,280 @@
+//! Prometheus peer tests: a real Prometheus server scrapes the daemon on a simulated DGX A100;
+//! device, slice, capacity and business series are read back through its HTTP API, the shipped
+//! alert rules evaluate without error, and every query of the Grafana dashboard returns data.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_peer::daemon::{self, Daemon};
+use prometheus_peer::server::{self, Prometheus};
+use prometheus_peer::{dashboard, peer};
+
+/// The daemon with slices and an allocation, a server that has scraped it, then traffic, and a
+/// scrape after the traffic (so rates over the last seconds see it).
+fn scraped_daemon() -> Option<(Daemon, Prometheus)> {
+    let binary = peer::find("prometheus")?;
+    let d = Daemon::start().unwrap();
+    d.populate().unwrap();
+    let p = Prometheus::start(&binary, d.metrics_port).unwrap();
+    p.wait_scraped_after(0.0).unwrap();
+    d.traffic().unwrap();
+    // Two scrape intervals after the traffic: the rate windows hold samples before and after it.
+    let after = now() + 2.0 * server::SCRAPE_INTERVAL_S as f64;
+    p.wait_scraped_after(after).unwrap();
+    Some((d, p))
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A check of a query's result: what it should be and whether it is.
+struct Check {
+    what: &'static str,
+    query: String,
+    want: &'static str,
+    ok: fn(&[serde_json::Value]) -> bool,
+}
+
+fn check(
+    what: &'static str,
+    query: impl Into<String>,
+    want: &'static str,
+    ok: fn(&[serde_json::Value]) -> bool,
+) -> Check {
+    Check {
+        what,
+        query: query.into(),
+        want,
+        ok,
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_business_series() {
+    let Some((d, p)) = scraped_daemon() else {
+        return;
+    };
+    let checks = [
+        // The scrape itself.
+        check("target up", r#"up{job="vgpud"}"#, "1", |r| {
+            server::sum(r) == 1.0
+        }),
+        check(
+            "scrape samples",
+            r#"scrape_samples_scraped{job="vgpud"}"#,
+            "> 0",
+            |r| server::sum(r) > 0.0,
+        ),
+        // GPUs, slices by state, allocations held: the first metrics served.
+        check("GPUs", "vgpud_gpus", "8", |r| server::sum(r) == 8.0),
+        check(
+            "allocated slices",
+            r#"sum(vgpud_slices{state="allocated"})"#,
+            "≥ 3",
+            |r| server::sum(r) >= 3.0,
+        ),
+        check("allocations held", "vgpud_allocations", "≥ 2", |r| {
+            server::sum(r) >= 2.0
+        }),
+        // Device series with dcgm-exporter's names, one per GPU.
+        check(
+            "device utilisation",
+            r#"count(DCGM_FI_DEV_GPU_UTIL{gpu!="", UUID=~"GPU-.+", pci_bus_id!="", modelName!=""})"#,
+            "8 GPUs",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        check(
+            "device framebuffer",
+            "count(DCGM_FI_DEV_FB_FREE)",
+            "8 GPUs",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        check(
+            "device temperature",
+            "count(DCGM_FI_DEV_GPU_TEMP)",
+            "8 GPUs",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        check(
+            "device power",
+            "count(DCGM_FI_DEV_POWER_USAGE)",
+            "8 GPUs",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        check("GPU info", "count(vgpud_gpu_info)", "8 GPUs", |r| {
+            server::sum(r) == daemon::GPUS as f64
+        }),
+        // The slice/VM join: the VM's two slices name it and their consumer.
+        check(
+            "slices of the VM",
+            format!(
+                r#"count(vgpud_slice_info{{vm_name="{}", consumer="{}", type="3g.40gb", UUID=~"GPU-.+"}})"#,
+                daemon::VM_NAME,
+                daemon::VM_CONSUMER
+            ),
+            "2",
+            |r| server::sum(r) == 2.0,
+        ),
+        // Capacity: ready 1g.10gb slices are free, more 3g.40gb fit on the empty GPUs.
+        check(
+            "free slices",
+            "sum(vgpud_capacity_free_slices)",
+            "≥ 1",
+            |r| server::sum(r) >= 1.0,
+        ),
+        check(
+            "creatable 3g.40gb",
+            r#"sum(vgpud_capacity_creatable_slices{type="3g.40gb"})"#,
+            "> 0",
+            |r| server::sum(r) > 0.0,
+        ),
+        check(
+            "fragmentation per GPU",
+            "count(vgpud_gpu_fragmentation_ratio)",
+            "8 GPUs",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        // Business: the allocations made, the refused one and its reason, the latency histogram.
+        check(
+            "allocations ok",
+            r#"sum(vgpud_allocation_requests_total{outcome="ok"})"#,
+            "≥ 2",
+            |r| server::sum(r) >= 2.0,
+        ),
+        check(
+            "allocations refused for capacity",
+            r#"sum(vgpud_allocation_requests_total{outcome="failed", reason="no_capacity"})"#,
+            "≥ 1",
+            |r| server::sum(r) >= 1.0,
+        ),
+        check(
+            "allocation latency observations",
+            "sum(vgpud_allocation_duration_seconds_count)",
+            "≥ 2",
+            |r| server::sum(r) >= 2.0,
+        ),
+        check(
+            "slice-seconds of the VM's consumer",
+            format!(
+                r#"sum(vgpud_consumer_slice_seconds_total{{consumer="{}"}})"#,
+                daemon::VM_CONSUMER
+            ),
+            "> 0",
+            |r| server::sum(r) > 0.0,
+        ),
+        // The agent.
+        check(
+            "process RSS",
+            "process_resident_memory_bytes",
+            "> 1 MiB",
+            |r| server::sum(r) > 1048576.0,
+        ),
+    ];
+    let failed: Vec<String> = checks
+        .iter()
+        .filter_map(|c| {
+            let got = p.query(&c.query);
+            match &got {
+                Ok(r) if (c.ok)(r) => None,
+                _ => Some(format!(
+                    "  {}: `{}` wanted {}, got {}",
+                    c.what,
+                    c.query,
+                    c.want,
+                    match got {
+                        Ok(r) => serde_json::Value::from(r).to_string(),
+                        Err(e) => e.to_string(),
+                    }
+                )),
+            }
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} read-backs failed:\n{}\ndaemon log:\n{}",
+        failed.len(),
+        checks.len(),
+        failed.join("\n"),
+        d.log()
+    );
+}
+
+#[test]
+fn the_shipped_alert_rules_evaluate_without_error_on_the_daemons_series() {
+    let Some((_d, p)) = scraped_daemon() else {
+        return;
+    };
+    // A rule evaluated at least once after the traffic (evaluation interval: 1 s).
+    std::thread::sleep(std::time::Duration::from_secs(
+        2 * server::SCRAPE_INTERVAL_S,
+    ));
+    let body = p.api("/api/v1/rules").unwrap();
+    let rules: Vec<&serde_json::Value> = body["data"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert_eq!(rules.len(), 6, "{body}");
+    let bad: Vec<String> = rules
+        .iter()
+        .filter(|r| r["health"] != "ok")
+        .map(|r| format!("{}: {} {}", r["name"], r["health"], r["lastError"]))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "rules failing on real series:\n{}",
+        bad.join("\n")
+    );
+    // A healthy simulated host raises none of them.
+    let firing: Vec<String> = rules
+        .iter()
+        .filter(|r| r["state"] != "inactive")
+        .map(|r| format!("{} {}", r["name"], r["state"]))
+        .collect();
+    assert!(firing.is_empty(), "alerts on a healthy host: {firing:?}");
+}
+
+#[test]
+fn every_grafana_dashboard_query_returns_data() {
+    let Some((d, p)) = scraped_daemon() else {
+        return;
+    };
+    let board = dashboard::load().unwrap();
+    let mut failed = Vec::new();
+    let mut values = BTreeMap::new();
+    for v in dashboard::variables(&board) {
+        let resolved = dashboard::resolve(&p, &v, &values);
+        let found = match resolved {
+            Ok(found) if !found.is_empty() => dashboard::as_regex(&found),
+            other => {
+                failed.push(format!("  variable ${}: `{}` → {other:?}", v.name, v.query));
+                // Match anything, so the queries using it are still judged on their own.
+                ".+".to_owned()
+            }
+        };
+        values.insert(v.name, found);
+    }
+    let queries = dashboard::queries(&board);
+    for q in &queries {
+        let expr = dashboard::substitute(&q.expr, &values);
+        match p.query(&expr) {
+            Ok(r) if !r.is_empty() => {}
+            Ok(_) => failed.push(format!("  {}: `{expr}` → no data", q.panel)),
+            Err(e) => failed.push(format!("  {}: `{expr}` → {e}", q.panel)),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} dashboard queries returned no data:\n{}\ndaemon log:\n{}",
+        failed.len(),
+        queries.len(),
+        failed.join("\n"),
+        d.log()
+    );
+}
