@@ -89,6 +89,12 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
             |r| server::sum(r) == daemon::GPUS as f64,
         ),
         check(
+            "device names and hosts",
+            r#"count(DCGM_FI_DEV_GPU_TEMP{device=~"nvidia[0-7]", Hostname!=""})"#,
+            "8 GPUs",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        check(
             "device framebuffer",
             "count(DCGM_FI_DEV_FB_FREE)",
             "8 GPUs",
@@ -109,6 +115,18 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
         check("GPU info", "count(vgpud_gpu_info)", "8 GPUs", |r| {
             server::sum(r) == daemon::GPUS as f64
         }),
+        check(
+            "GPU health state set",
+            r#"count(vgpud_gpu_health{state="ok"} == 1)"#,
+            "8 GPUs ok",
+            |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        check(
+            "no GPU quarantined",
+            "sum(vgpud_gpu_quarantined)",
+            "0",
+            |r| !r.is_empty() && server::sum(r) == 0.0,
+        ),
         // The slice/VM join: the VM's two slices name it and their consumer.
         check(
             "slices of the VM",
@@ -120,7 +138,20 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
             "2",
             |r| server::sum(r) == 2.0,
         ),
-        // Capacity: ready 1g.10gb slices are free, more 3g.40gb fit on the empty GPUs.
+        check(
+            "slices of the VM's allocation",
+            r#"count(vgpud_slice_info{state="allocated", allocation!="", backend="mig", pci_bus_id!=""})"#,
+            "≥ 2",
+            |r| server::sum(r) >= 2.0,
+        ),
+        // Capacity: slices by type, ready 1g.10gb slices are free, more 3g.40gb fit on the
+        // empty GPUs.
+        check(
+            "slices by type",
+            r#"sum(vgpud_slices{type="3g.40gb", state="allocated"})"#,
+            "2",
+            |r| server::sum(r) == 2.0,
+        ),
         check(
             "free slices",
             "sum(vgpud_capacity_free_slices)",
