@@ -12,17 +12,17 @@ use prometheus_peer::{dashboard, peer};
 
 /// The daemon with slices and an allocation, a server that has scraped it, then traffic, and a
 /// scrape after the traffic (so rates over the last seconds see it).
-fn scraped_daemon() -> Option<(Daemon, Prometheus)> {
+fn scraped_daemon() -> Option<(Daemon, Prometheus, Vec<String>)> {
     let binary = peer::find("prometheus")?;
     let d = Daemon::start().unwrap();
     d.populate().unwrap();
     let p = Prometheus::start(&binary, d.metrics_port).unwrap();
     p.wait_scraped_after(0.0).unwrap();
-    d.traffic().unwrap();
+    let notes = d.traffic().unwrap();
     // Two scrape intervals after the traffic: the rate windows hold samples before and after it.
     let after = now() + 2.0 * server::SCRAPE_INTERVAL_S as f64;
     p.wait_scraped_after(after).unwrap();
-    Some((d, p))
+    Some((d, p, notes))
 }
 
 fn now() -> f64 {
@@ -56,7 +56,7 @@ fn check(
 
 #[test]
 fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_business_series() {
-    let Some((d, p)) = scraped_daemon() else {
+    let Some((d, p, notes)) = scraped_daemon() else {
         return;
     };
     let checks = [
@@ -120,6 +120,25 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
             r#"count(vgpud_gpu_health{state="ok"} == 1)"#,
             "8 GPUs ok",
             |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        // Xid 13 is the application's fault: counted, shown as dcgm's last Xid, no quarantine.
+        check(
+            "application Xid counted",
+            format!(
+                r#"sum(vgpud_gpu_xid_events_total{{pci_bus_id="{}", xid="13", action="ignore"}})"#,
+                daemon::XID_GPU
+            ),
+            "1",
+            |r| server::sum(r) == 1.0,
+        ),
+        check(
+            "dcgm's last Xid",
+            format!(
+                r#"DCGM_FI_DEV_XID_ERRORS{{pci_bus_id="{}"}}"#,
+                daemon::XID_GPU
+            ),
+            "13",
+            |r| server::sum(r) == 13.0,
         ),
         check(
             "no GPU quarantined",
@@ -227,7 +246,7 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
         .collect();
     assert!(
         failed.is_empty(),
-        "{} of {} read-backs failed:\n{}\ndaemon log:\n{}",
+        "{} of {} read-backs failed:\n{}\nset-up notes: {notes:?}\ndaemon log:\n{}",
         failed.len(),
         checks.len(),
         failed.join("\n"),
@@ -237,7 +256,7 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
 
 #[test]
 fn the_shipped_alert_rules_evaluate_without_error_on_the_daemons_series() {
-    let Some((_d, p)) = scraped_daemon() else {
+    let Some((_d, p, _)) = scraped_daemon() else {
         return;
     };
     // A rule evaluated at least once after the traffic (evaluation interval: 1 s).
@@ -273,7 +292,7 @@ fn the_shipped_alert_rules_evaluate_without_error_on_the_daemons_series() {
 
 #[test]
 fn every_grafana_dashboard_query_returns_data() {
-    let Some((d, p)) = scraped_daemon() else {
+    let Some((d, p, notes)) = scraped_daemon() else {
         return;
     };
     let board = dashboard::load().unwrap();
@@ -302,7 +321,7 @@ fn every_grafana_dashboard_query_returns_data() {
     }
     assert!(
         failed.is_empty(),
-        "{} of {} dashboard queries returned no data:\n{}\ndaemon log:\n{}",
+        "{} of {} dashboard queries returned no data:\n{}\nset-up notes: {notes:?}\ndaemon log:\n{}",
         failed.len(),
         queries.len(),
         failed.join("\n"),
