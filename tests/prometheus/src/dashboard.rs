@@ -184,6 +184,34 @@ mod tests {
         assert_eq!(names, ["instance", "gpu"]);
     }
 
+    /// Grafana lays panels on a 24-column grid; overlapping ones are drawn over each other and
+    /// a duplicate id makes it edit the wrong panel.
+    #[test]
+    fn panels_have_unique_ids_and_do_not_overlap() {
+        let d = load().unwrap();
+        let panels = d["panels"].as_array().unwrap();
+        let mut ids = std::collections::BTreeSet::new();
+        let mut boxes: Vec<(String, [i64; 4])> = Vec::new();
+        for p in panels {
+            let title = p["title"].as_str().unwrap().to_owned();
+            assert!(
+                ids.insert(p["id"].as_i64().unwrap()),
+                "duplicate id: {title}"
+            );
+            let g = &p["gridPos"];
+            let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_i64().unwrap());
+            assert!(
+                x >= 0 && w > 0 && x + w <= 24 && h > 0,
+                "{title} off the grid: {g}"
+            );
+            for (other, [ox, oy, ow, oh]) in &boxes {
+                let apart = x + w <= *ox || *ox + ow <= x || y + h <= *oy || *oy + oh <= y;
+                assert!(apart, "{title} overlaps {other}");
+            }
+            boxes.push((title, [x, y, w, h]));
+        }
+    }
+
     #[test]
     fn every_panel_uses_the_datasource_variable_and_every_query_the_instance() {
         let d = load().unwrap();
