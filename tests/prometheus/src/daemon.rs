@@ -160,7 +160,7 @@ impl Daemon {
 
     /// Traffic while Prometheus scrapes, so rates and histograms move: an application Xid (13,
     /// which must not quarantine), a successful allocation, one refused for want of capacity,
-    /// and one whose vendor call fails once. Returns notes on set-up steps this binary could
+    /// and one whose vendor call fails once (of a type that leaves the free 1g.10gb slices be). Returns notes on set-up steps this binary could
     /// not do (their series will be missing, and the checks say so).
     pub fn traffic(&self) -> anyhow::Result<Vec<String>> {
         let mut notes = Vec::new();
@@ -183,7 +183,7 @@ impl Daemon {
         self.fault("nvml:nvmlDeviceCreateGpuInstanceWithPlacement=INSUFFICIENT_RESOURCES,times=1")?;
         self.post(
             "/v1/allocations",
-            &json!({"consumer": "tenant-c", "request": {"type": "1g.10gb", "count": 3}}),
+            &json!({"consumer": "tenant-c", "request": {"type": "1g.20gb", "count": 2}}),
         )
         .context("allocation with a failing vendor call")?;
         Ok(notes)

@@ -96,9 +96,16 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
         ),
         check(
             "device framebuffer",
-            "count(DCGM_FI_DEV_FB_FREE)",
+            r#"count(DCGM_FI_DEV_FB_FREE{GPU_I_ID=""})"#,
             "8 GPUs",
             |r| server::sum(r) == daemon::GPUS as f64,
+        ),
+        // dcgm's MIG-instance series: the VM's two 3g.40gb GPU instances.
+        check(
+            "MIG instance framebuffer",
+            r#"count(DCGM_FI_DEV_FB_USED{GPU_I_PROFILE="3g.40gb", GPU_I_ID!=""})"#,
+            "≥ 2",
+            |r| server::sum(r) >= 2.0,
         ),
         check(
             "device temperature",
@@ -162,6 +169,15 @@ fn prometheus_scrapes_the_daemon_and_reads_back_device_slice_capacity_and_busine
             r#"count(vgpud_slice_info{state="allocated", allocation!="", backend="mig", pci_bus_id!=""})"#,
             "≥ 2",
             |r| server::sum(r) >= 2.0,
+        ),
+        check(
+            "framebuffer of the VM's slices (join)",
+            format!(
+                r#"count(vgpud_slice_framebuffer_used_bytes * on (instance, slice) group_left (vm_name) vgpud_slice_info{{vm_name="{}"}})"#,
+                daemon::VM_NAME
+            ),
+            "2",
+            |r| server::sum(r) == 2.0,
         ),
         // Capacity: slices by type, ready 1g.10gb slices are free, more 3g.40gb fit on the
         // empty GPUs.
