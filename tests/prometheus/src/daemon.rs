@@ -190,6 +190,14 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// SIGKILL, and wait until the process is gone (the host "goes down" for Prometheus).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -13,6 +13,8 @@ use crate::http::{encode, get};
 
 /// How long the server may take to start and find the target up.
 const UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an alert may take to go pending once its condition holds.
+const ALERT_TIMEOUT: Duration = Duration::from_secs(20);
 /// The scrape (and rule evaluation) interval of the test server.
 pub const SCRAPE_INTERVAL_S: u64 = 1;
 
@@ -91,6 +93,38 @@ impl Prometheus {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Waits until `alert` is pending or firing on a series whose labels include `labels`
+    /// (PromQL matchers, e.g. `pci_bus_id="0000:47:00.0"`); its `ALERTS` series. The rules
+    /// are evaluated every second: 20 s is ample.
+    pub fn wait_alert(&self, alert: &str, labels: &str) -> anyhow::Result<Vec<Value>> {
+        let sep = if labels.is_empty() { "" } else { ", " };
+        let query = format!(r#"ALERTS{{alertname="{alert}"{sep}{labels}}}"#);
+        let deadline = Instant::now() + ALERT_TIMEOUT;
+        loop {
+            match self.query(&query) {
+                Ok(r) if !r.is_empty() => return Ok(r),
+                _ if Instant::now() > deadline => {
+                    bail!(
+                        "no {query} in {ALERT_TIMEOUT:?}; rules: {}",
+                        self.rule_states()?
+                    )
+                }
+                _ => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    /// Every loaded rule as `name: state (health)`, for messages.
+    pub fn rule_states(&self) -> anyhow::Result<String> {
+        let body = self.api("/api/v1/rules")?;
+        let rules = body["data"]["groups"].as_array().into_iter().flatten();
+        Ok(rules
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .map(|r| format!("{}: {} ({})", r["name"], r["state"], r["health"]))
+            .collect::<Vec<_>>()
+            .join(", "))
     }
 
     /// An instant query at the server's now: `data.result`, or why there is none.

@@ -344,3 +344,55 @@ fn every_grafana_dashboard_query_returns_data() {
         d.log()
     );
 }
+
+/// The shipped rules match the series the shipped scrape job really makes: when the daemon
+/// stops, `VgpudScrapeFailing` goes pending for its target (it fires only after its `for:`).
+#[test]
+fn the_scrape_failing_alert_goes_pending_when_the_daemon_stops() {
+    let Some((mut d, p, _)) = scraped_daemon() else {
+        return;
+    };
+    let before = p
+        .query(r#"ALERTS{alertname="VgpudScrapeFailing"}"#)
+        .unwrap();
+    assert!(
+        before.is_empty(),
+        "pending while the daemon runs: {before:?}"
+    );
+    d.kill();
+    let target = format!(r#"instance="127.0.0.1:{}", job="vgpud""#, d.metrics_port);
+    let alerts = p.wait_alert("VgpudScrapeFailing", &target).unwrap();
+    assert_eq!(alerts[0]["metric"]["severity"], "critical", "{alerts:?}");
+}
+
+/// The health alerts on the daemon's own series: a fatal Xid (79, fallen off the bus)
+/// quarantines its GPU and puts `VgpudGpuQuarantined` pending for it; a burst of application
+/// Xids (13) on another GPU puts `VgpudXidStorm` pending there, and quarantines nothing.
+#[test]
+fn xids_put_the_quarantine_and_xid_storm_alerts_pending() {
+    let Some((d, p, _)) = scraped_daemon() else {
+        return;
+    };
+    const FATAL: &str = "0000:b7:00.0";
+    d.xid(FATAL, 79).unwrap();
+    for _ in 0..12 {
+        d.xid(daemon::XID_GPU, 13).unwrap();
+    }
+    let quarantined = p
+        .wait_alert("VgpudGpuQuarantined", &format!(r#"pci_bus_id="{FATAL}""#))
+        .unwrap();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let storm = p
+        .wait_alert(
+            "VgpudXidStorm",
+            &format!(r#"pci_bus_id="{}""#, daemon::XID_GPU),
+        )
+        .unwrap();
+    assert_eq!(storm.len(), 1, "{storm:?}");
+    let others = p
+        .query(&format!(
+            r#"ALERTS{{alertname="VgpudGpuQuarantined", pci_bus_id!="{FATAL}"}}"#
+        ))
+        .unwrap();
+    assert!(others.is_empty(), "Xid 13 quarantined: {others:?}");
+}
