@@ -30,17 +30,14 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts the daemon with the metrics listener on a free port and a reconcile every second
-    /// (so reconcile series move while Prometheus watches).
-    pub fn start() -> anyhow::Result<Daemon> {
+    /// Starts the daemon with the metrics listener on a free port, a reconcile every second
+    /// and, where this binary knows the keys, a telemetry poll every half second and a
+    /// one-second idle window (so the series move while Prometheus watches). Returns notes on
+    /// what it could not configure.
+    pub fn start() -> anyhow::Result<(Daemon, Vec<String>)> {
         let dir = tempfile::tempdir()?;
         let metrics_port = crate::peer::free_port()?;
-        std::fs::write(
-            dir.path().join("vgpud.toml"),
-            format!(
-                "[engine]\nreconcile_interval_s = 1\n\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"
-            ),
-        )?;
+        let notes = write_config(dir.path(), metrics_port)?;
         let child = spawn(dir.path())?;
         let mut d = Daemon {
             dir,
@@ -48,7 +45,7 @@ impl Daemon {
             metrics_port,
         };
         d.wait_ready()?;
-        Ok(d)
+        Ok((d, notes))
     }
 
     /// The REST socket.
@@ -160,10 +157,10 @@ impl Daemon {
 
     /// Traffic while Prometheus scrapes, so rates and histograms move: an application Xid (13,
     /// which must not quarantine), a successful allocation, one refused for want of capacity,
-    /// and one whose vendor call fails once (of a type that leaves the free 1g.10gb slices be). Returns notes on set-up steps this binary could
-    /// not do (their series will be missing, and the checks say so).
-    pub fn traffic(&self) -> anyhow::Result<Vec<String>> {
-        let mut notes = Vec::new();
+    /// and one whose vendor call fails once (of a type that leaves the free 1g.10gb slices be).
+    /// Set-up steps this binary cannot do go to `notes` (their series will be missing, and the
+    /// checks say so).
+    pub fn traffic(&self, notes: &mut Vec<String>) -> anyhow::Result<()> {
         if let Err(e) = self.xid(XID_GPU, 13) {
             notes.push(e);
         }
@@ -186,7 +183,7 @@ impl Daemon {
             &json!({"consumer": "tenant-c", "request": {"type": "1g.20gb", "count": 2}}),
         )
         .context("allocation with a failing vendor call")?;
-        Ok(notes)
+        Ok(())
     }
 }
 
@@ -203,6 +200,34 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The config, with the telemetry keys when `vgpud check-config` accepts them (they came with
+/// the telemetry poller of issue 15; an older binary refuses unknown keys).
+fn write_config(dir: &Path, metrics_port: u16) -> anyhow::Result<Vec<String>> {
+    let base = format!(
+        "[engine]\nreconcile_interval_s = 1\n\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"
+    );
+    let path = dir.join("vgpud.toml");
+    std::fs::write(
+        &path,
+        format!("{base}poll_interval_ms = 500\nidle_window_s = 1\n"),
+    )?;
+    let check = Command::new(torture::daemon::vgpud_binary()?)
+        .arg("check-config")
+        .arg(&path)
+        .output()?;
+    if check.status.success() {
+        return Ok(Vec::new());
+    }
+    std::fs::write(&path, base)?;
+    Ok(vec![format!(
+        "this vgpud refuses [metrics] poll_interval_ms/idle_window_s ({}): telemetry keeps its own pace",
+        String::from_utf8_lossy(&check.stderr)
+            .lines()
+            .next()
+            .unwrap_or("")
+    )])
 }
 
 fn spawn(dir: &Path) -> anyhow::Result<Child> {

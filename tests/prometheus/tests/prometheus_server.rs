@@ -1,6 +1,7 @@
-//! Prometheus peer tests: a real Prometheus server scrapes the daemon on a simulated DGX A100;
-//! device, slice, capacity and business series are read back through its HTTP API, the shipped
-//! alert rules evaluate without error, and every query of the Grafana dashboard returns data.
+//! Prometheus peer tests: a real Prometheus server scrapes the daemon on a simulated DGX A100
+//! with the shipped scrape job and alert rules; device, slice, capacity and business series are
+//! read back through its HTTP API, the rules evaluate without error and go pending on real
+//! failures (the daemon stopping, Xids), and every query of the Grafana dashboard returns data.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use std::collections::BTreeMap;
@@ -14,11 +15,11 @@ use prometheus_peer::{dashboard, peer};
 /// scrape after the traffic (so rates over the last seconds see it).
 fn scraped_daemon() -> Option<(Daemon, Prometheus, Vec<String>)> {
     let binary = peer::find("prometheus")?;
-    let d = Daemon::start().unwrap();
+    let (d, mut notes) = Daemon::start().unwrap();
     d.populate().unwrap();
     let p = Prometheus::start(&binary, d.metrics_port).unwrap();
     p.wait_scraped_after(0.0).unwrap();
-    let notes = d.traffic().unwrap();
+    d.traffic(&mut notes).unwrap();
     // Two scrape intervals after the traffic: the rate windows hold samples before and after it.
     let after = now() + 2.0 * server::SCRAPE_INTERVAL_S as f64;
     p.wait_scraped_after(after).unwrap();

@@ -9,7 +9,7 @@ fn promtool_check_metrics_accepts_a_scrape_of_the_daemon() {
     let Some(promtool) = peer::find("promtool") else {
         return;
     };
-    let d = Daemon::start().unwrap();
+    let (d, _) = Daemon::start().unwrap();
     d.populate().unwrap();
     let (content_type, scrape) = d.scrape().unwrap();
     assert!(
