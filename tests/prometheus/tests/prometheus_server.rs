@@ -397,3 +397,37 @@ fn xids_put_the_quarantine_and_xid_storm_alerts_pending() {
         .unwrap();
     assert!(others.is_empty(), "Xid 13 quarantined: {others:?}");
 }
+
+/// `VgpudCapacityExhausted` on the daemon's own capacity series: eight 7g.80gb slices fill
+/// every GPU, so 7g.80gb has nothing free and nothing creatable and the alert goes pending for
+/// it; the other MIG types cannot be made either, but the layout has none of them, and they
+/// raise nothing.
+#[test]
+fn the_capacity_alert_goes_pending_for_a_type_that_ran_out() {
+    let Some(binary) = peer::find("prometheus") else {
+        return;
+    };
+    let (d, _) = Daemon::start().unwrap();
+    d.post_expect(
+        "/v1/allocations",
+        &serde_json::json!({"consumer": "tenant-full",
+                            "request": {"type": "7g.80gb", "count": daemon::GPUS}}),
+        201,
+    )
+    .unwrap();
+    let p = Prometheus::start(&binary, d.metrics_port).unwrap();
+    p.wait_scraped_after(0.0).unwrap();
+    let alerts = p
+        .wait_alert("VgpudCapacityExhausted", r#"type="7g.80gb", backend="mig""#)
+        .unwrap();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    // A few more evaluations: no other type joins it.
+    std::thread::sleep(std::time::Duration::from_secs(
+        3 * server::SCRAPE_INTERVAL_S,
+    ));
+    let all = p
+        .query(r#"ALERTS{alertname="VgpudCapacityExhausted"}"#)
+        .unwrap();
+    let types: Vec<&serde_json::Value> = all.iter().map(|a| &a["metric"]["type"]).collect();
+    assert_eq!(types, ["7g.80gb"], "{all:?}");
+}
