@@ -17,5 +17,6 @@ ensure_packages() {
 # The system libraries the workspace builds against.
 BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev)
 # The real peers the tests start themselves: a private dbus-daemon and busctl, openssl and curl
-# for the TLS listener, jq for the demo.
-TEST_PACKAGES=(dbus-daemon systemd openssl curl jq)
+# for the TLS listener, jq for the demo, prometheus (the server and promtool) for
+# tests/prometheus.
+TEST_PACKAGES=(dbus-daemon systemd openssl curl jq prometheus)
