@@ -177,6 +177,19 @@ pub enum SimCommand {
         #[arg(long)]
         state_dir: PathBuf,
     },
+    /// Open (or with --close, close) a device's VFIO file as a running VM does: an mdev (by
+    /// UUID) or a PCI function. An open vGPU is active to NVML (it reports its usage) and an
+    /// open device refuses removal and reset.
+    VmOpen {
+        /// The state directory.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// An mdev UUID or a PCI address.
+        device: String,
+        /// Close it instead (the VM stopped).
+        #[arg(long)]
+        close: bool,
+    },
     /// Reset a GPU (as `nvidia-smi -r` would): a pending MIG mode takes effect; refused while
     /// its VFs or GPU instances are in use.
     ResetGpu {
@@ -334,6 +347,11 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
         SimCommand::RemoveGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.remove_gpu(gpu)?),
         SimCommand::AddGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.add_gpu(gpu)?),
         SimCommand::ResetGpu { state_dir, gpu } => Ok(open_dir(&state_dir)?.reset_gpu(gpu)?),
+        SimCommand::VmOpen {
+            state_dir,
+            device,
+            close,
+        } => Ok(open_dir(&state_dir)?.set_vfio_open(vfio_device(&device)?, !close)?),
         SimCommand::ReloadAmdgpu { state_dir } => {
             for gpu in open_dir(&state_dir)?.reload_amdgpu()? {
                 print(&format!("{gpu}: memory partition changed\n"))?;
@@ -341,6 +359,17 @@ fn sim(cmd: SimCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// An mdev UUID or a PCI address, as `vgpud sim vm-open` takes it.
+fn vfio_device(text: &str) -> anyhow::Result<sim::VfioDevice> {
+    if let Ok(addr) = text.parse::<PciAddress>() {
+        return Ok(addr.into());
+    }
+    let uuid: ids::MdevUuid = text
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{text:?} is neither a PCI address nor an mdev UUID: {e}"))?;
+    Ok(uuid.into())
 }
 
 fn open_dir(dir: &std::path::Path) -> anyhow::Result<sim::SimHost> {

@@ -35,8 +35,8 @@ mod marks;
 mod mig_geometry;
 pub mod model;
 mod ops;
-mod quarantine;
 mod presence;
+mod quarantine;
 mod reconcile;
 mod recover;
 pub mod reports;
@@ -61,8 +61,8 @@ pub use layout::{
     AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
 };
 pub use model::*;
-pub use quarantine::{Quarantined, check_reason};
 pub use presence::DeviceChange;
+pub use quarantine::{Quarantined, check_reason};
 pub use reconcile::{ReconcileReport, StaleVmLink};
 pub use recover::{AdoptedSlice, RecoveryReport};
 pub use reports::{GpuDetail, GpuHealth, GpuUtilization, PlacementScore, SliceCapacity};

@@ -35,10 +35,15 @@ impl Daemon {
     /// one-second idle window (so the series move while Prometheus watches). Returns notes on
     /// what it could not configure.
     pub fn start() -> anyhow::Result<(Daemon, Vec<String>)> {
+        Self::start_on("dgx-a100")
+    }
+
+    /// As [`Daemon::start`], on simulator profile `profile`.
+    pub fn start_on(profile: &str) -> anyhow::Result<(Daemon, Vec<String>)> {
         let dir = tempfile::tempdir()?;
         let metrics_port = crate::peer::free_port()?;
         let notes = write_config(dir.path(), metrics_port)?;
-        let child = spawn(dir.path())?;
+        let child = spawn(dir.path(), profile)?;
         let mut d = Daemon {
             dir,
             child,
@@ -131,6 +136,36 @@ impl Daemon {
                 &json!({"gpu": "0000:0f:00.0", "kind": {"backend": "mig", "profile": "1g.10gb"}}),
                 201,
             )?;
+        }
+        Ok(())
+    }
+
+    /// On the simulated `vdi-mixed` host: a time-sliced mdev vGPU (`nvidia-222` on the T4
+    /// 0000:41:00.0) allocated to a VM, whose VFIO device the simulator then opens as a running
+    /// guest does (`vgpud sim vm-open`): NVML lists only running vGPUs, so only then are its
+    /// framebuffer and utilisation reported. A MIG instance has no utilisation of its own in
+    /// NVML, so the DGX host alone cannot feed the dashboard's slice-utilisation panel.
+    pub fn populate_running_vgpu(&self) -> anyhow::Result<()> {
+        let a = self.post_expect(
+            "/v1/allocations",
+            &json!({"consumer": "desk", "vm": VM_NAME,
+                    "request": {"type": "nvidia-222", "count": 1, "gpu": "0000:41:00.0"}}),
+            201,
+        )?;
+        let uuid = a["slices"][0]["mdev_uuid"]
+            .as_str()
+            .with_context(|| format!("no mdev_uuid in {a}"))?;
+        let out = Command::new(torture::daemon::vgpud_binary()?)
+            .args(["sim", "vm-open", "--state-dir"])
+            .arg(self.dir.path().join("state/sim"))
+            .arg(uuid)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "vgpud sim vm-open {uuid}: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(())
     }
@@ -230,13 +265,13 @@ fn write_config(dir: &Path, metrics_port: u16) -> anyhow::Result<Vec<String>> {
     )])
 }
 
-fn spawn(dir: &Path) -> anyhow::Result<Child> {
+fn spawn(dir: &Path, profile: &str) -> anyhow::Result<Child> {
     let no_bus = format!("unix:path={}", dir.join("no-bus").display());
     Command::new(torture::daemon::vgpud_binary()?)
         .arg("run")
         .arg("--config")
         .arg(dir.join("vgpud.toml"))
-        .args(["--sim", "dgx-a100", "--state-dir"])
+        .args(["--sim", profile, "--state-dir"])
         .arg(dir.join("state"))
         .arg("--socket")
         .arg(dir.join("api.sock"))

@@ -29,9 +29,14 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts `binary` scraping `127.0.0.1:target_port` and waits until it is ready.
     pub fn start(binary: &Path, target_port: u16) -> anyhow::Result<Prometheus> {
+        Self::start_scraping(binary, &[target_port])
+    }
+
+    /// As [`Prometheus::start`], scraping every daemon of `target_ports` in the one job.
+    pub fn start_scraping(binary: &Path, target_ports: &[u16]) -> anyhow::Result<Prometheus> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("prometheus.yml");
-        std::fs::write(&config, config_text(target_port)?)?;
+        std::fs::write(&config, config_text(target_ports)?)?;
         let port = crate::peer::free_port()?;
         let child = Command::new(binary)
             .arg(format!("--config.file={}", config.display()))
@@ -187,7 +192,7 @@ pub fn sum(result: &[Value]) -> f64 {
 
 /// The test server's configuration: the shipped scrape job as it is, but for its targets and
 /// interval, plus the shipped alert rules (evaluated every second as well).
-fn config_text(target_port: u16) -> anyhow::Result<String> {
+fn config_text(target_ports: &[u16]) -> anyhow::Result<String> {
     let shipped = crate::packaging("prometheus/vgpud-scrape.yml");
     let text = std::fs::read_to_string(&shipped)?;
     let mut config: serde_norway::Value = serde_norway::from_str(&text)?;
@@ -198,8 +203,12 @@ fn config_text(target_port: u16) -> anyhow::Result<String> {
     let interval = serde_norway::Value::from(format!("{SCRAPE_INTERVAL_S}s"));
     job["scrape_interval"] = interval.clone();
     job["scrape_timeout"] = interval.clone();
+    let targets: Vec<String> = target_ports
+        .iter()
+        .map(|p| format!("'127.0.0.1:{p}'"))
+        .collect();
     job["static_configs"] =
-        serde_norway::from_str(&format!("[{{targets: ['127.0.0.1:{target_port}']}}]"))?;
+        serde_norway::from_str(&format!("[{{targets: [{}]}}]", targets.join(", ")))?;
     config["global"] = serde_norway::from_str(&format!(
         "{{scrape_interval: {SCRAPE_INTERVAL_S}s, evaluation_interval: {SCRAPE_INTERVAL_S}s}}"
     ))?;

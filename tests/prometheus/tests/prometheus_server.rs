@@ -307,9 +307,37 @@ fn the_shipped_alert_rules_evaluate_without_error_on_the_daemons_series() {
     assert!(firing.is_empty(), "alerts on a healthy host: {firing:?}");
 }
 
+/// Both kinds of host a dashboard watches: the DGX with MIG slices (and the traffic), and a
+/// VDI host whose mdev vGPU runs a guest (slice utilisation exists only there), in one job.
+fn two_scraped_daemons() -> Option<(Daemon, Daemon, Prometheus, Vec<String>)> {
+    let binary = peer::find("prometheus")?;
+    let (d, mut notes) = Daemon::start().unwrap();
+    d.populate().unwrap();
+    let (vdi, more) = Daemon::start_on("vdi-mixed").unwrap();
+    notes.extend(more);
+    vdi.populate_running_vgpu().unwrap();
+    let p = Prometheus::start_scraping(&binary, &[d.metrics_port, vdi.metrics_port]).unwrap();
+    p.wait_scraped_after(0.0).unwrap();
+    d.traffic(&mut notes).unwrap();
+    let after = now() + 2.0 * server::SCRAPE_INTERVAL_S as f64;
+    p.wait_scraped_after(after).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while p
+        .query(r#"count(up{job="vgpud"} == 1) == 2"#)
+        .map_or(true, |r| r.is_empty())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both daemons were not up in Prometheus within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Some((d, vdi, p, notes))
+}
+
 #[test]
 fn every_grafana_dashboard_query_returns_data() {
-    let Some((d, p, notes)) = scraped_daemon() else {
+    let Some((d, vdi, p, notes)) = two_scraped_daemons() else {
         return;
     };
     let board = dashboard::load().unwrap();
@@ -338,11 +366,12 @@ fn every_grafana_dashboard_query_returns_data() {
     }
     assert!(
         failed.is_empty(),
-        "{} of {} dashboard queries returned no data:\n{}\nset-up notes: {notes:?}\ndaemon log:\n{}",
+        "{} of {} dashboard queries returned no data:\n{}\nset-up notes: {notes:?}\ndaemon log:\n{}\nVDI daemon log:\n{}",
         failed.len(),
         queries.len(),
         failed.join("\n"),
-        d.log()
+        d.log(),
+        vdi.log()
     );
 }
 
