@@ -6,6 +6,8 @@
 //! slices are re-created and allocated again.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -71,18 +73,7 @@ impl Daemon {
     }
 
     fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let text = self.log_text();
-            if text.contains(needle) {
-                return text;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {needle:?} in the log:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::wait_for_text(|| self.log_text(), needle, timeout)
     }
 
     /// One request; the status and the JSON body.

@@ -3,6 +3,8 @@
 //! a second instance.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixDatagram, UnixStream};
@@ -119,18 +121,7 @@ impl Daemon {
     }
 
     fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let text = self.log_text();
-            if text.contains(needle) {
-                return text;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {needle:?} in the log:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::wait_for_text(|| self.log_text(), needle, timeout)
     }
 }
 
