@@ -76,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
         nvml: Err("no NVML in the fuzz host".into()),
         amd: Err("no AMD SMI in the fuzz host".into()),
         hostname: Some("fuzz".into()),
+        events: Arc::new(hotplug::Quiet::new("no device events in the fuzz host")),
     };
     let _ = inventory::discover(&host);
     if let Ok(text) = std::str::from_utf8(data) {
