@@ -10,6 +10,7 @@
 //! Test helpers panic on failure: a set-up that cannot be made is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod daemon;
 pub mod engine;
 mod rest;
 mod sim_host;

@@ -38,22 +38,8 @@ struct Daemon {
 impl Daemon {
     fn start(dir: &Path, bus: Option<&str>, name: &str) -> Daemon {
         let log = dir.join(format!("{name}.log"));
-        let no_bus = format!("unix:path={}", dir.join("no-bus").display());
-        let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
-            .arg("run")
-            .arg("--config")
-            .arg(dir.join("vgpud.toml"))
-            .args(["--sim", "dgx-a100", "--state-dir"])
-            .arg(dir.join("state"))
-            .arg("--socket")
-            .arg(dir.join("api.sock"))
-            .env("DBUS_SYSTEM_BUS_ADDRESS", bus.unwrap_or(&no_bus))
-            .env("VGPUD_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+        let mut vgpud = Command::new(env!("CARGO_BIN_EXE_vgpud"));
+        let child = testkit::daemon::sim_run(&mut vgpud, dir, "dgx-a100", bus)
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();

@@ -11,7 +11,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -42,20 +42,9 @@ impl Daemon {
         )
         .unwrap();
         let log = dir.join("vgpud.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
-            .arg("run")
-            .arg("--config")
-            .arg(dir.join("vgpud.toml"))
-            .args(["--sim", "dgx-a100", "--no-dbus", "--state-dir"])
-            .arg(dir.join("state"))
-            .arg("--socket")
-            .arg(dir.join("api.sock"))
-            .env("VGPUD_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+        let mut vgpud = Command::new(env!("CARGO_BIN_EXE_vgpud"));
+        let child = testkit::daemon::sim_run(&mut vgpud, dir, "dgx-a100", None)
+            .arg("--no-dbus")
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();

@@ -9,11 +9,12 @@ use super::Health;
 use super::classify::XidAction;
 use super::quarantine::QuarantineSource;
 
-/// A GPU's health state, as `vgpud_gpu_health{state}` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// A GPU's health state, as `vgpud_gpu_health{state}` names it; ordered from best to worst.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
     /// Nothing wrong is known.
+    #[default]
     Ok,
     /// In service, with a slowdown.
     Degraded,

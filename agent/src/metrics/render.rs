@@ -17,13 +17,11 @@ use prometheus_client::registry::Registry;
 
 use super::process::ProcessStats;
 use super::{Labels, Metrics};
+use crate::health::view::HealthState;
 use crate::telemetry::{GpuSnapshot, TelemetrySnapshot};
 
 /// The OpenMetrics content type `/metrics` is served with.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// The states `vgpud_gpu_health` enumerates.
-const HEALTH_STATES: [&str; 4] = ["ok", "degraded", "unresponsive", "quarantined"];
 
 type IntRows = Vec<(Labels, i64)>;
 type FloatRows = Vec<(Labels, f64)>;
@@ -206,9 +204,9 @@ fn health_families(registry: &mut Registry, s: &TelemetrySnapshot) {
     );
     let mut health = Vec::new();
     for g in &s.gpus {
-        for state in HEALTH_STATES {
+        for state in HealthState::ALL {
             let mut labels = gpu_labels(g);
-            labels.push(("state".into(), state.into()));
+            labels.push(("state".into(), state.as_str().into()));
             health.push((labels, i64::from(g.health == state)));
         }
     }
@@ -221,7 +219,12 @@ fn health_families(registry: &mut Registry, s: &TelemetrySnapshot) {
     let quarantined = s
         .gpus
         .iter()
-        .map(|g| (gpu_labels(g), i64::from(g.health == "quarantined")))
+        .map(|g| {
+            (
+                gpu_labels(g),
+                i64::from(g.health == HealthState::Quarantined),
+            )
+        })
         .collect();
     int_gauge(
         registry,

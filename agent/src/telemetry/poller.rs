@@ -223,9 +223,9 @@ impl Poller {
             .iter()
             .any(|s| s.spec.gpu == addr && s.state == SliceState::Failed);
         let mut health = if failed || !g.warnings.is_empty() {
-            "degraded"
+            HealthState::Degraded
         } else {
-            "ok"
+            HealthState::Ok
         };
         let telemetry = match &reading.telemetry {
             Some(Ok(t)) => {
@@ -236,9 +236,9 @@ impl Poller {
                 tracing::debug!(gpu = %addr, error = %e, "telemetry reading failed");
                 self.engine.metrics().telemetry_error(&addr.to_string());
                 if e.code == gpu::NvmlCode::TIMEOUT || e.code == gpu::NvmlCode::GPU_IS_LOST {
-                    health = "unresponsive";
+                    health = HealthState::Unresponsive;
                 } else {
-                    health = "degraded";
+                    health = HealthState::Degraded;
                 }
                 None
             }
@@ -273,10 +273,7 @@ impl Poller {
 /// (a quarantine is never hidden by a good telemetry reading), and its Xid counts and health
 /// signals go with the snapshot.
 fn apply_health(snap: &mut GpuSnapshot, view: &GpuHealthView) {
-    let rank = |s: &str| HealthState::ALL.iter().position(|h| h.as_str() == s);
-    if rank(view.state.as_str()) > rank(snap.health) {
-        snap.health = view.state.as_str();
-    }
+    snap.health = snap.health.max(view.state);
     snap.last_xid = view.last_xid;
     snap.xid_events = view
         .xid_events

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use crate::engine::TypeCapacity;
+use crate::health::view::HealthState;
 
 /// One poll of the host.
 #[derive(Debug, Clone, Default)]
@@ -46,8 +47,8 @@ pub struct GpuSnapshot {
     pub read_at: Option<SystemTime>,
     /// MIG devices with their memory.
     pub mig: Vec<MigSnapshot>,
-    /// `ok`, `degraded`, `unresponsive` or `quarantined`.
-    pub health: &'static str,
+    /// The worse of what this poll saw and what the health monitor says.
+    pub health: HealthState,
     /// Per slice type the GPU offers.
     pub capacity: Vec<TypeCapacity>,
     /// Expected fragmentation, GPUs.

@@ -3,8 +3,8 @@
 //! flood proves the connection caps protect the daemon.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -71,20 +71,9 @@ impl Daemon {
     }
 
     fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let text = self.log();
-            if text.contains(" ready: ") {
-                return Ok(());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("vgpud exited with {status} before it was ready:\n{text}");
-            }
-            if Instant::now() > deadline {
-                bail!("vgpud was not ready in {START_TIMEOUT:?}:\n{text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = self.dir.path().join("vgpud.log");
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        testkit::daemon::wait_ready(&mut self.child, read, START_TIMEOUT)
     }
 
     /// `GET path` on the socket: its JSON body (fails on any status but 200).
@@ -136,25 +125,13 @@ impl Drop for Daemon {
 }
 
 fn spawn(dir: &Path) -> anyhow::Result<Child> {
-    let no_bus = format!("unix:path={}", dir.join("no-bus").display());
     // prlimit execs the daemon: its pid is the daemon's.
-    Command::new("prlimit")
+    let mut prlimit = Command::new("prlimit");
+    prlimit
         .arg(format!("--nofile={NOFILE}:{NOFILE}"))
         .arg("--")
-        .arg(torture::daemon::vgpud_binary()?)
-        .arg("run")
-        .arg("--config")
-        .arg(dir.join("vgpud.toml"))
-        .args(["--sim", "dgx-a100", "--state-dir"])
-        .arg(dir.join("state"))
-        .arg("--socket")
-        .arg(dir.join("api.sock"))
-        .env("DBUS_SYSTEM_BUS_ADDRESS", no_bus)
-        .env("VGPUD_LOG", "info")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .arg(torture::daemon::vgpud_binary()?);
+    testkit::daemon::sim_run(&mut prlimit, dir, "dgx-a100", None)
         .stderr(std::fs::File::create(dir.join("vgpud.log"))?)
         .spawn()
         .context("spawn prlimit vgpud (is util-linux's prlimit installed?)")

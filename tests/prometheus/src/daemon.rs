@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -64,20 +64,9 @@ impl Daemon {
     }
 
     fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let text = self.log();
-            if text.contains(" ready: ") {
-                return Ok(());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("vgpud exited with {status} before it was ready:\n{text}");
-            }
-            if Instant::now() > deadline {
-                bail!("vgpud was not ready in {START_TIMEOUT:?}:\n{text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = self.dir.path().join("vgpud.log");
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        testkit::daemon::wait_ready(&mut self.child, read, START_TIMEOUT)
     }
 
     /// `POST path` with a JSON body: the status and body, whatever the status.
@@ -266,24 +255,13 @@ fn write_config(dir: &Path, metrics_port: u16) -> anyhow::Result<Vec<String>> {
 }
 
 fn spawn(dir: &Path, profile: &str) -> anyhow::Result<Child> {
-    let no_bus = format!("unix:path={}", dir.join("no-bus").display());
-    Command::new(torture::daemon::vgpud_binary()?)
-        .arg("run")
-        .arg("--config")
-        .arg(dir.join("vgpud.toml"))
-        .args(["--sim", profile, "--state-dir"])
-        .arg(dir.join("state"))
-        .arg("--socket")
-        .arg(dir.join("api.sock"))
-        // Never the machine's own bus: the daemon copes with a missing one in --sim mode.
-        .env("DBUS_SYSTEM_BUS_ADDRESS", no_bus)
-        .env("VGPUD_LOG", "info")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("vgpud.log"))?)
-        .spawn()
-        .context("spawn vgpud")
+    testkit::daemon::sim_run(
+        &mut Command::new(torture::daemon::vgpud_binary()?),
+        dir,
+        profile,
+        None,
+    )
+    .stderr(std::fs::File::create(dir.join("vgpud.log"))?)
+    .spawn()
+    .context("spawn vgpud")
 }

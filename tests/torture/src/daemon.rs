@@ -2,7 +2,7 @@
 //! SIGKILLed and started again on the same state directory and simulated host.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -92,47 +92,20 @@ impl Daemon {
         self.starts += 1;
         let started = Instant::now();
         let log = self.log(self.starts);
-        let no_bus = format!("unix:path={}", self.dir.join("no-bus").display());
-        let child = Command::new(&self.bin)
-            .arg("run")
-            .arg("--config")
-            .arg(self.dir.join("vgpud.toml"))
-            .args(["--sim", &self.profile, "--state-dir"])
-            .arg(self.state_dir())
-            .arg("--socket")
-            .arg(self.socket())
-            .env(
-                "DBUS_SYSTEM_BUS_ADDRESS",
-                self.bus.clone().unwrap_or(no_bus),
-            )
-            .env("VGPUD_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("WATCHDOG_USEC")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("spawn vgpud")?;
-        self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let text = self.last_log();
-            if text.contains(" ready: ") {
-                self.start_times.push(started.elapsed());
-                return Ok(());
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                bail!("vgpud exited with {status} before it was ready:\n{text}");
-            }
-            if Instant::now() > deadline {
-                bail!("vgpud was not ready in {START_TIMEOUT:?}:\n{text}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = testkit::daemon::sim_run(
+            &mut Command::new(&self.bin),
+            &self.dir,
+            &self.profile,
+            self.bus.as_deref(),
+        )
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("spawn vgpud")?;
+        let child = self.child.insert(child);
+        let read = || std::fs::read_to_string(&log).unwrap_or_default();
+        testkit::daemon::wait_ready(child, read, START_TIMEOUT)?;
+        self.start_times.push(started.elapsed());
+        Ok(())
     }
 
     /// SIGKILL, and wait for the process to be gone.
