@@ -9,7 +9,6 @@ use super::extract::{ApiJson, blocking};
 use super::routes::PathId;
 use crate::error::{ApiError, ErrorBody};
 use crate::wire::health::{Quarantine, QuarantineRequest};
-use crate::wire::parse_pci;
 
 /// Quarantines a GPU by hand: no new slices or allocations on it (they are refused with
 /// `409 quarantined`, naming since when and why) until an operator releases it; the health
@@ -29,10 +28,10 @@ use crate::wire::parse_pci;
         (status = 503, description = "The state store failed", body = ErrorBody)))]
 pub(super) async fn quarantine_gpu(
     State(st): State<AppState>,
-    PathId(id): PathId,
+    id: PathId,
     ApiJson(body): ApiJson<QuarantineRequest>,
 ) -> Result<Json<Quarantine>, ApiError> {
-    let address = parse_pci("id", &id).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let address = id.pci_address()?;
     let reason = body.reason()?.to_owned();
     let service = st.service.clone();
     let record = blocking(move || service.quarantine_gpu(address, &reason)).await?;
@@ -51,9 +50,9 @@ pub(super) async fn quarantine_gpu(
         (status = 503, description = "The state store failed", body = ErrorBody)))]
 pub(super) async fn release_gpu(
     State(st): State<AppState>,
-    PathId(id): PathId,
+    id: PathId,
 ) -> Result<Json<Quarantine>, ApiError> {
-    let address = parse_pci("id", &id).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let address = id.pci_address()?;
     let service = st.service.clone();
     let record = blocking(move || service.release_gpu(address)).await?;
     Ok(Json(Quarantine::from(&record)))

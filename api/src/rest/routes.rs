@@ -89,6 +89,13 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     }
 }
 
+impl PathId {
+    /// The parameter as a GPU's canonical PCI address (`/v1/gpus/{id}…`).
+    pub(super) fn pci_address(&self) -> Result<ids::PciAddress, ApiError> {
+        parse_pci("id", &self.0).map_err(|e| ApiError::invalid(e.to_string()))
+    }
+}
+
 // ---- host and GPUs ----
 
 /// The host: hostname, NUMA nodes, GPUs with their slicing capabilities and slices, PCI functions
@@ -118,11 +125,8 @@ async fn list_gpus(State(st): State<AppState>) -> Result<Json<Vec<Gpu>>, ApiErro
         (status = 200, description = "The GPU", body = GpuDetail),
         (status = 400, description = "Not a canonical PCI address", body = ErrorBody),
         (status = 404, description = "No such GPU", body = ErrorBody)))]
-async fn get_gpu(
-    State(st): State<AppState>,
-    PathId(id): PathId,
-) -> Result<Json<GpuDetail>, ApiError> {
-    let address = parse_pci("id", &id).map_err(|e| ApiError::invalid(e.to_string()))?;
+async fn get_gpu(State(st): State<AppState>, id: PathId) -> Result<Json<GpuDetail>, ApiError> {
+    let address = id.pci_address()?;
     let service = st.service.clone();
     let gpu = blocking(move || service.gpu(address)).await?;
     Ok(Json(GpuDetail::from(&gpu)))
