@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::layout::LayoutState;
 use super::model::{AllocationId, BackendKind, DeviceRef, SliceId};
-use crate::health::quarantine::{QuarantineSource, ReleaseHow};
+use super::quarantine_record::{QuarantineSource, ReleaseHow};
 
 /// Something that happened to slices, allocations or layouts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

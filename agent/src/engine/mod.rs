@@ -37,6 +37,7 @@ pub mod model;
 mod ops;
 mod presence;
 mod quarantine;
+pub mod quarantine_record;
 mod reconcile;
 mod recover;
 pub mod reports;

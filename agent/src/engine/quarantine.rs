@@ -2,7 +2,7 @@
 //!
 //! The records live in the desired-state document (one durable write each), so a quarantine
 //! survives an agent restart and a crash. What a quarantine is and why is
-//! [`crate::health::quarantine`]; deciding when to quarantine and release is the health monitor's
+//! [`super::quarantine_record`]; deciding when to quarantine and release is the health monitor's
 //! ([`crate::health`]).
 
 use ids::PciAddress;
@@ -10,8 +10,8 @@ use ids::PciAddress;
 use super::error::{EngineError, Result};
 use super::events::Event;
 use super::handle::Engine;
+use super::quarantine_record::{Quarantine, QuarantineSource, ReleaseHow};
 use super::state::now;
-use crate::health::quarantine::{Quarantine, QuarantineSource, ReleaseHow};
 
 /// What [`Engine::quarantine`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

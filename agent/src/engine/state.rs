@@ -82,7 +82,7 @@ pub(crate) struct Desired {
     /// Quarantined GPUs. Left out of the file while empty, so a state file without any still
     /// loads in builds that predate quarantine.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) quarantine: BTreeMap<ids::PciAddress, crate::health::quarantine::Quarantine>,
+    pub(crate) quarantine: BTreeMap<ids::PciAddress, super::quarantine_record::Quarantine>,
 }
 
 impl Desired {

@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_quarantine_filed_under_another_gpu_is_refused() {
-        use crate::health::quarantine::{Quarantine, QuarantineSource};
+        use crate::engine::quarantine_record::{Quarantine, QuarantineSource};
         let (mut d, _, _) = base();
         let q = Quarantine {
             gpu: "0000:07:00.0".parse().unwrap(),
