@@ -62,6 +62,7 @@ impl Engine {
             created: now(),
             pinning: None,
             request: Some(r.recorded()),
+            placement_consumer: None,
         };
         let finished = gathered.and_then(|()| match finish {
             Some(f) => f(&alloc).map(|p| alloc.pinning = p),

@@ -717,6 +717,11 @@ pub struct Allocation {
     /// allocations made by `create` or before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<SliceRequest>,
+    /// The OpenStack Placement consumer whose allocation this one answers, when the
+    /// request named one (two-level scheduling). Slices held without one are reported to
+    /// Placement as reserved: Placement cannot see who holds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_consumer: Option<uuid::Uuid>,
 }
 
 #[cfg(test)]

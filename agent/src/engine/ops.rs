@@ -64,6 +64,7 @@ impl Engine {
                 created: now(),
                 pinning: None,
                 request: None,
+                placement_consumer: None,
             };
             let written = self.write(|d| d.allocations.insert(alloc.id, alloc.clone()));
             lock(&self.inner.claims).remove(&entry.id);

@@ -232,6 +232,7 @@ mod tests {
             created: 1,
             pinning: None,
             request: None,
+            placement_consumer: None,
         }
     }
 
