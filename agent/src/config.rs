@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod placement;
+
+pub use placement::{AUTH_STRATEGIES, INTERFACES, KeystoneConfig, MAX_ROOT_NAME, PlacementConfig};
+
 /// Where the configuration file lives by default.
 pub const DEFAULT_CONFIG: &str = "/etc/vgpud/vgpud.toml";
 
@@ -36,6 +40,8 @@ pub struct Config {
     pub libvirt: LibvirtConfig,
     /// GPU health: Xid classification, quarantine, recovery.
     pub health: HealthConfig,
+    /// Reporting this host to OpenStack Placement.
+    pub placement: PlacementConfig,
 }
 
 /// `[host]`.
@@ -175,6 +181,7 @@ impl Default for Config {
             dbus: DbusConfig::default(),
             libvirt: LibvirtConfig::default(),
             health: HealthConfig::default(),
+            placement: PlacementConfig::default(),
         }
     }
 }
@@ -364,6 +371,8 @@ impl Config {
             validate_tcp(tcp).map_err(|(key, reason)| invalid(key, reason))?;
         }
         validate_metrics(&self.metrics).map_err(|(key, reason)| invalid(key, reason))?;
+        placement::validate_placement(&self.placement)
+            .map_err(|(key, reason)| invalid(key, reason))?;
         Ok(())
     }
 
