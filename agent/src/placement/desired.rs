@@ -152,7 +152,11 @@ pub fn desired_from(settings: &PlacementSettings, facts: &HostFacts) -> DesiredT
     let mut gpus = Vec::new();
     for g in &facts.gpus {
         let address = g.gpu.pci_address;
-        let on_gpu: Vec<&Slice> = facts.slices.iter().filter(|s| s.spec.gpu == address).collect();
+        let on_gpu: Vec<&Slice> = facts
+            .slices
+            .iter()
+            .filter(|s| s.spec.gpu == address)
+            .collect();
         let mut gpu = gpu_provider(settings, g, &on_gpu, &consumers, &mut warnings);
         gpu.numa_node = numa_parent(settings, g, &mut warnings);
         gpus.push(gpu);
@@ -228,10 +232,10 @@ fn gpu_provider(
             u.reserved += 1;
         }
     }
-    if let Some((slice_type, n)) = &g.on_demand {
-        if let Some(class) = class_for(slice_type, warnings) {
-            units.entry(class).or_default().total += n;
-        }
+    if let Some((slice_type, n)) = &g.on_demand
+        && let Some(class) = class_for(slice_type, warnings)
+    {
+        units.entry(class).or_default().total += n;
     }
     units.retain(|_, u| u.total > 0);
     types.retain(|class, _| units.contains_key(class));

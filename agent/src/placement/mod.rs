@@ -19,5 +19,7 @@ pub mod names;
 pub mod settings;
 pub mod traits;
 
-pub use desired::{DesiredGpu, DesiredNuma, DesiredTree, GpuFacts, HostFacts, desired_from, desired_tree};
+pub use desired::{
+    DesiredGpu, DesiredNuma, DesiredTree, GpuFacts, HostFacts, desired_from, desired_tree,
+};
 pub use settings::{AuthSettings, KeystoneSettings, PlacementSettings, Secret};
