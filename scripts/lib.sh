@@ -20,3 +20,29 @@ BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev)
 # for the TLS listener, jq for the demo, prometheus (the server and promtool) for
 # tests/prometheus.
 TEST_PACKAGES=(dbus-daemon systemd openssl curl jq prometheus)
+
+# The venvs of the Python peers the Placement tests start (tests/placement, testkit::placement
+# and testkit::keystone): OpenStack Placement 16 and Keystone from PyPI, each served by gunicorn.
+# They live in the target directory unless VGPUD_PLACEMENT_VENV / VGPUD_KEYSTONE_VENV say
+# otherwise; an existing venv is kept (delete it to reinstall).
+PLACEMENT_PIP=('openstack-placement==16.0.0' gunicorn)
+KEYSTONE_PIP=('keystone==30.0.0' gunicorn)
+
+# Makes a venv at $1 with the pip packages that follow, unless $1/bin/gunicorn exists.
+ensure_venv() {
+    local venv=$1; shift
+    [ -x "$venv/bin/gunicorn" ] && return 0
+    # Debian's python3 has no venv module (ensurepip) without python3-venv.
+    python3 -c 'import ensurepip' 2>/dev/null || ensure_packages python3-venv
+    echo "making the venv $venv: pip install $*" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "$@"
+}
+
+ensure_placement_venv() {
+    ensure_venv "${VGPUD_PLACEMENT_VENV:-${CARGO_TARGET_DIR:-target}/placement-venv}" "${PLACEMENT_PIP[@]}"
+}
+
+ensure_keystone_venv() {
+    ensure_venv "${VGPUD_KEYSTONE_VENV:-${CARGO_TARGET_DIR:-target}/keystone-venv}" "${KEYSTONE_PIP[@]}"
+}
