@@ -62,6 +62,7 @@ pub fn request(consumer: &str, t: &str, gpu: Option<&str>) -> AllocationRequest 
             vcpus: None,
             memory_mib: None,
         },
+        placement_consumer: None,
     }
 }
 
@@ -130,6 +131,7 @@ pub fn vm_request(consumer: &str, vm: &str, t: &str, policy: NumaPolicy) -> Allo
         vm: Some(vm.into()),
         request: r,
     }
+    placement_consumer: None,
 }
 
 /// A vendor-VFIO vGPU slice kind of type `t` (a MIG-backed type at an explicit GI slot or the
