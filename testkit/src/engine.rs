@@ -130,8 +130,8 @@ pub fn vm_request(consumer: &str, vm: &str, t: &str, policy: NumaPolicy) -> Allo
         consumer: consumer.into(),
         vm: Some(vm.into()),
         request: r,
+        placement_consumer: None,
     }
-    placement_consumer: None,
 }
 
 /// A vendor-VFIO vGPU slice kind of type `t` (a MIG-backed type at an explicit GI slot or the
