@@ -145,7 +145,11 @@ fn a_matching_allocation_pins_the_request_to_its_gpu_and_is_recorded() {
     // Left to itself the scheduler puts the first request elsewhere.
     let free = s.allocate(ask("3g.40gb", 2, None)).unwrap();
     assert_ne!(gpus_of(&s, &free), vec![addr(GPU_LAST); 2]);
-    assert_eq!(placement.calls.load(Ordering::SeqCst), 0, "no consumer, no check");
+    assert_eq!(
+        placement.calls.load(Ordering::SeqCst),
+        0,
+        "no consumer, no check"
+    );
     s.release(free.id).unwrap();
 
     let a = s.allocate(ask("3g.40gb", 2, Some(INSTANCE))).unwrap();

@@ -592,7 +592,14 @@ async fn a_placement_consumer_is_checked_as_a_uuid_and_comes_back_in_the_answer(
         )
         .await;
     assert_eq!(wrong_type.status, 422, "{}", wrong_type.text());
-    assert!(rig.get("/v1/allocations").await.json().as_array().unwrap().is_empty());
+    assert!(
+        rig.get("/v1/allocations")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 
     // Any case in, Placement's lower-case spelling out, and kept.
     let made = rig
@@ -609,7 +616,10 @@ async fn a_placement_consumer_is_checked_as_a_uuid_and_comes_back_in_the_answer(
         "6f3b9a3e-2c4d-4e5f-8a9b-0c1d2e3f4a5b"
     );
     let id = alloc["id"].as_str().unwrap();
-    assert_eq!(rig.get(&format!("/v1/allocations/{id}")).await.json(), alloc);
+    assert_eq!(
+        rig.get(&format!("/v1/allocations/{id}")).await.json(),
+        alloc
+    );
     // Without one, the field is absent.
     let plain = rig
         .post(
@@ -618,5 +628,9 @@ async fn a_placement_consumer_is_checked_as_a_uuid_and_comes_back_in_the_answer(
         )
         .await;
     assert_eq!(plain.status, 201, "{}", plain.text());
-    assert!(plain.json().get("placement_consumer").is_none(), "{}", plain.text());
+    assert!(
+        plain.json().get("placement_consumer").is_none(),
+        "{}",
+        plain.text()
+    );
 }

@@ -118,7 +118,8 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             placement_consumer,
             request,
         }) => {
-            let mut body = json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
+            let mut body =
+                json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
             if let Some(p) = placement_consumer {
                 body["placement_consumer"] = json!(p);
             }

@@ -213,7 +213,11 @@ async fn alloc_carries_a_placement_consumer() {
     )
     .await;
     assert_eq!(bad.code, 1);
-    assert!(bad.stderr.contains("invalid_request (422)"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("invalid_request (422)"),
+        "{}",
+        bad.stderr
+    );
     assert!(bad.stderr.contains("placement_consumer"), "{}", bad.stderr);
 }
 

@@ -137,7 +137,9 @@ pub fn audit(
         let provider = map.provider_of(h.gpu);
         let class = map.class_of(h.gpu, &h.slice_type);
         match (provider, class) {
-            (Some(p), Some(c)) => both.entry((h.consumer, p, c.to_owned())).or_default().0 += h.count,
+            (Some(p), Some(c)) => {
+                both.entry((h.consumer, p, c.to_owned())).or_default().0 += h.count
+            }
             _ => out.missing_in_placement.push(MissingInPlacement {
                 held: h.clone(),
                 provider,
@@ -170,7 +172,9 @@ pub fn audit(
         if vgpud == placed {
             continue;
         }
-        let gpu = map.gpu_of(provider).expect("providers here come from the map");
+        let gpu = map
+            .gpu_of(provider)
+            .expect("providers here come from the map");
         if placed == 0 {
             let slice_type = map.slice_type(gpu, &class).unwrap_or_default().to_owned();
             out.missing_in_placement.push(MissingInPlacement {
@@ -279,9 +283,16 @@ mod tests {
         m.add_gpu(
             uuid(PROV_A),
             pci(GPU_A),
-            [("CUSTOM_MIG_3G_40GB", "3g.40gb"), ("CUSTOM_MIG_1G_10GB", "1g.10gb")],
+            [
+                ("CUSTOM_MIG_3G_40GB", "3g.40gb"),
+                ("CUSTOM_MIG_1G_10GB", "1g.10gb"),
+            ],
         );
-        m.add_gpu(uuid(PROV_B), pci(GPU_B), [("CUSTOM_MIG_3G_40GB", "3g.40gb")]);
+        m.add_gpu(
+            uuid(PROV_B),
+            pci(GPU_B),
+            [("CUSTOM_MIG_3G_40GB", "3g.40gb")],
+        );
         m
     }
 
@@ -373,9 +384,7 @@ mod tests {
             // Not vgpud's: the compute node's VCPU allocations are none of its business.
             (
                 uuid(ROOT),
-                provider_allocations(&format!(
-                    r#"{{"{VM3}": {{"resources": {{"VCPU": 8}}}}}}"#
-                )),
+                provider_allocations(&format!(r#"{{"{VM3}": {{"resources": {{"VCPU": 8}}}}}}"#)),
             ),
         ]);
         let d = audit(&map(), &[held(VM1, GPU_A, "3g.40gb", 2)], &placement);
@@ -412,23 +421,25 @@ mod tests {
         let d = audit(&map(), &held, &placement);
         assert_eq!(
             d.amount_mismatch,
-            vec![AmountMismatch {
-                consumer: uuid(VM1),
-                provider: uuid(PROV_A),
-                gpu: pci(GPU_A),
-                resource_class: "CUSTOM_MIG_3G_40GB".into(),
-                vgpud: 2,
-                placement: 1,
-            },
-            // VM2's Placement allocation on B, where vgpud holds nothing for it.
-            AmountMismatch {
-                consumer: uuid(VM2),
-                provider: uuid(PROV_B),
-                gpu: pci(GPU_B),
-                resource_class: "CUSTOM_MIG_3G_40GB".into(),
-                vgpud: 0,
-                placement: 1,
-            }]
+            vec![
+                AmountMismatch {
+                    consumer: uuid(VM1),
+                    provider: uuid(PROV_A),
+                    gpu: pci(GPU_A),
+                    resource_class: "CUSTOM_MIG_3G_40GB".into(),
+                    vgpud: 2,
+                    placement: 1,
+                },
+                // VM2's Placement allocation on B, where vgpud holds nothing for it.
+                AmountMismatch {
+                    consumer: uuid(VM2),
+                    provider: uuid(PROV_B),
+                    gpu: pci(GPU_B),
+                    resource_class: "CUSTOM_MIG_3G_40GB".into(),
+                    vgpud: 0,
+                    placement: 1,
+                }
+            ]
         );
         assert_eq!(
             d.unknown_to_vgpud,
@@ -453,11 +464,7 @@ mod tests {
         assert_eq!(missing.len(), 3, "{d:#?}");
         assert!(missing.contains(&(VM2.into(), pci(GPU_C), None)));
         assert!(missing.contains(&(VM1.into(), pci(GPU_B), None)));
-        assert!(missing.contains(&(
-            VM2.into(),
-            pci(GPU_A),
-            Some("CUSTOM_MIG_3G_40GB".into())
-        )));
+        assert!(missing.contains(&(VM2.into(), pci(GPU_A), Some("CUSTOM_MIG_3G_40GB".into()))));
     }
 
     #[test]

@@ -292,7 +292,10 @@ mod tests {
             r#"{{"{PROV_A}": {{"resources": {{"VGPU": 1, "CUSTOM_SOMETHING": 1}}}}}}"#
         ));
         let why = mismatch(judge(&map(), &h, &ask("3g.40gb", 1, None)));
-        assert!(why.contains("VGPU:1 (1g.10gb) on GPU 0000:07:00.0"), "{why}");
+        assert!(
+            why.contains("VGPU:1 (1g.10gb) on GPU 0000:07:00.0"),
+            "{why}"
+        );
         assert!(why.contains("CUSTOM_SOMETHING:1 on GPU"), "{why}");
         assert!(why.contains("none of type \"3g.40gb\""), "{why}");
     }
@@ -340,7 +343,10 @@ mod tests {
         assert_eq!(m.provider_of(pci(GPU_B)), Some(PROV_B.parse().unwrap()));
         assert_eq!(m.class_of(pci(GPU_A), "1g.10gb"), Some("VGPU"));
         assert_eq!(m.class_of(pci(GPU_B), "1g.10gb"), None);
-        assert_eq!(m.slice_type(pci(GPU_B), "CUSTOM_MIG_3G_40GB"), Some("3g.40gb"));
+        assert_eq!(
+            m.slice_type(pci(GPU_B), "CUSTOM_MIG_3G_40GB"),
+            Some("3g.40gb")
+        );
         assert_eq!(m.providers().count(), 2);
     }
 }

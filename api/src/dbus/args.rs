@@ -189,9 +189,8 @@ pub fn allocation_request(
     let vcpus = options.u32("vcpus")?;
     let memory_mib = options.u64("memory_mib")?;
     let placement_consumer = options.string("placement_consumer")?;
-    options.finish(
-        "vm, gpu, idempotency_key, numa_policy, vcpus, memory_mib, placement_consumer",
-    )?;
+    options
+        .finish("vm, gpu, idempotency_key, numa_policy, vcpus, memory_mib, placement_consumer")?;
     let request = AllocationRequest {
         consumer,
         vm,
@@ -396,7 +395,11 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message().contains("numa_policy"), "{e}");
-        for bad in ["vm-1", "6f3b9a3e2c4d4e5f8a9b0c1d2e3f4a5b", "00000000-0000-0000-0000-000000000000"] {
+        for bad in [
+            "vm-1",
+            "6f3b9a3e2c4d4e5f8a9b0c1d2e3f4a5b",
+            "00000000-0000-0000-0000-000000000000",
+        ] {
             let e = allocation_request(
                 "nova".into(),
                 "1g.10gb".into(),
