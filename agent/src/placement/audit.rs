@@ -130,15 +130,17 @@ pub fn audit(
     placement: &BTreeMap<Uuid, ProviderAllocations>,
 ) -> Differences {
     let known: BTreeSet<Uuid> = held.iter().map(|h| h.consumer).collect();
-    // (consumer, provider, class) → (vgpud's count, Placement's amount).
-    let mut both: BTreeMap<(Uuid, Uuid, String), (u32, u32)> = BTreeMap::new();
+    // (consumer, provider, its GPU, class) → (vgpud's count, Placement's amount).
+    let mut both: BTreeMap<(Uuid, Uuid, PciAddress, String), (u32, u32)> = BTreeMap::new();
     let mut out = Differences::default();
     for h in held {
         let provider = map.provider_of(h.gpu);
         let class = map.class_of(h.gpu, &h.slice_type);
         match (provider, class) {
             (Some(p), Some(c)) => {
-                both.entry((h.consumer, p, c.to_owned())).or_default().0 += h.count
+                both.entry((h.consumer, p, h.gpu, c.to_owned()))
+                    .or_default()
+                    .0 += h.count
             }
             _ => out.missing_in_placement.push(MissingInPlacement {
                 held: h.clone(),
@@ -162,19 +164,16 @@ pub fn audit(
                 continue;
             }
             for (class, amount) in &r.resources {
-                both.entry((*consumer, *provider, class.clone()))
+                both.entry((*consumer, *provider, gpu, class.clone()))
                     .or_default()
                     .1 += amount;
             }
         }
     }
-    for ((consumer, provider, class), (vgpud, placed)) in both {
+    for ((consumer, provider, gpu, class), (vgpud, placed)) in both {
         if vgpud == placed {
             continue;
         }
-        let gpu = map
-            .gpu_of(provider)
-            .expect("providers here come from the map");
         if placed == 0 {
             let slice_type = map.slice_type(gpu, &class).unwrap_or_default().to_owned();
             out.missing_in_placement.push(MissingInPlacement {
