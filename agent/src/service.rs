@@ -27,6 +27,7 @@ use crate::health::{Health, HealthSettings};
 use crate::metrics::failure_reason;
 use crate::metrics::process::ProcessStats;
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
+use crate::placement::consumer::{ConsumerCheck, ConsumerVerdict};
 use crate::telemetry::TelemetryCache;
 
 /// Result of a service call; errors carry stable machine codes ([`EngineError::code`]).
@@ -82,6 +83,7 @@ pub struct Service {
     apply_slot: Arc<ApplySlot>,
     telemetry: Arc<TelemetryCache>,
     health: Arc<Health>,
+    consumer_check: Option<Arc<dyn ConsumerCheck>>,
 }
 
 impl Service {
@@ -100,7 +102,15 @@ impl Service {
             links: Arc::default(),
             apply_slot: Arc::default(),
             telemetry: Arc::default(),
+            consumer_check: None,
         }
+    }
+
+    /// Checks allocation requests that name a Placement consumer with `check` (the daemon sets
+    /// it when Placement reporting is on).
+    pub fn with_consumer_check(mut self, check: Arc<dyn ConsumerCheck>) -> Self {
+        self.consumer_check = Some(check);
+        self
     }
 
     /// The engine underneath (for the daemon's own housekeeping: reconcile loop, shutdown).
@@ -227,6 +237,7 @@ impl Service {
     /// [`Service::allocate`] without the counting; records how long the request waited for
     /// the VM planning lock and libvirt before the engine started on it.
     fn allocate_timed(&self, req: AllocationRequest, received: Instant) -> Result<Allocation> {
+        let only_gpu = self.placement_gpu(&req)?;
         let inventory = self.engine.inventory();
         // CPUs are accounted from the domains' pins: two VMs planned at once would both see
         // the same CPUs free.
@@ -246,6 +257,7 @@ impl Service {
             vcpus: vm.as_ref().map(|v| v.vcpus()),
             memory_mib: vm.as_ref().map(|v| v.memory_mib()),
             reserved_cpus: self.reserved_cpus(),
+            only_gpu,
         };
         self.engine.metrics().allocation_waited(received.elapsed());
         match (&self.pinner, vm) {
@@ -263,6 +275,42 @@ impl Service {
                     .allocate_with(req, &scheduling, Some(&mut finish))
             }
             _ => self.engine.allocate_with(req, &scheduling, None),
+        }
+    }
+
+    /// The GPU the request's Placement consumer holds its allocation on, when a check is set
+    /// and the request names a consumer. A mismatch or an unreachable Placement refuses the
+    /// request under strict checking (nothing allocated), else is warned about and the request
+    /// is allocated as asked; each check is counted by outcome.
+    fn placement_gpu(&self, req: &AllocationRequest) -> Result<Option<PciAddress>> {
+        let (Some(consumer), Some(check)) = (req.placement_consumer, &self.consumer_check) else {
+            return Ok(None);
+        };
+        let metrics = self.engine.metrics();
+        match check.check(consumer, &req.request) {
+            Ok(None) => Ok(None),
+            Ok(Some(ConsumerVerdict::Matches { gpu })) => {
+                metrics.placement_consumer_checked("match");
+                Ok(Some(gpu))
+            }
+            Ok(Some(ConsumerVerdict::Mismatch(why))) => {
+                metrics.placement_consumer_checked("mismatch");
+                let why = format!("Placement consumer {consumer}: {why}");
+                if check.strict() {
+                    return Err(EngineError::PlacementMismatch(why));
+                }
+                tracing::warn!(consumer = %req.consumer, reason = %why, "allocating as asked although Placement holds no matching allocation (strict_consumers is off)");
+                Ok(None)
+            }
+            Err(e) => {
+                metrics.placement_consumer_checked("unavailable");
+                let why = format!("cannot read Placement consumer {consumer}'s allocations: {e}");
+                if check.strict() {
+                    return Err(EngineError::PlacementUnavailable(why));
+                }
+                tracing::warn!(consumer = %req.consumer, reason = %why, "allocating as asked without Placement's word (strict_consumers is off)");
+                Ok(None)
+            }
         }
     }
 

@@ -115,9 +115,14 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             consumer,
             vm,
             idempotency_key,
+            placement_consumer,
             request,
         }) => {
-            let body = json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
+            let mut body =
+                json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
+            if let Some(p) = placement_consumer {
+                body["placement_consumer"] = json!(p);
+            }
             let headers: Vec<(&str, &str)> = idempotency_key
                 .iter()
                 .map(|k| ("idempotency-key", k.as_str()))
@@ -428,6 +433,7 @@ fn allocations_text(allocs: &Value) -> String {
         "ALLOCATION",
         "CONSUMER",
         "VM",
+        "PLACEMENT",
         "SLICE",
         "GPU",
         "TYPE",
@@ -440,6 +446,7 @@ fn allocations_text(allocs: &Value) -> String {
                 cell(&a["id"]),
                 cell(&a["consumer"]),
                 cell(&a["vm"]),
+                cell(&a["placement_consumer"]),
                 cell(&s["id"]),
                 cell(&s["gpu"]),
                 cell(&s["type"]),
