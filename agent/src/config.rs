@@ -679,29 +679,65 @@ mod tests {
         let cases = [
             ("[placement]\nauth = \"basic\"", "placement.auth"),
             ("[placement]\ntimeout_ms = 0", "placement.timeout_ms"),
-            ("[placement]\nsync_interval_s = 0", "placement.sync_interval_s"),
+            (
+                "[placement]\nsync_interval_s = 0",
+                "placement.sync_interval_s",
+            ),
             ("[placement]\ndebounce_ms = 0", "placement.debounce_ms"),
             ("[placement]\nheal_grace_s = 0", "placement.heal_grace_s"),
-            ("[placement]\nendpoint = \"controller:8778\"", "placement.endpoint"),
-            ("[placement]\ncompute_node = \" h\"", "placement.compute_node"),
-            ("[placement]\non_demand_types = [\"a\", \"a\"]", "placement.on_demand_types"),
-            ("[placement]\non_demand_types = [\"\"]", "placement.on_demand_types"),
-            ("[placement.resource_classes]\n\"3g.40gb\" = \"MIG_3G\"", "placement.resource_classes"),
-            ("[placement.resource_classes]\n\"3g.40gb\" = \"CUSTOM_mig\"", "placement.resource_classes"),
+            (
+                "[placement]\nendpoint = \"controller:8778\"",
+                "placement.endpoint",
+            ),
+            (
+                "[placement]\ncompute_node = \" h\"",
+                "placement.compute_node",
+            ),
+            (
+                "[placement]\non_demand_types = [\"a\", \"a\"]",
+                "placement.on_demand_types",
+            ),
+            (
+                "[placement]\non_demand_types = [\"\"]",
+                "placement.on_demand_types",
+            ),
+            (
+                "[placement.resource_classes]\n\"3g.40gb\" = \"MIG_3G\"",
+                "placement.resource_classes",
+            ),
+            (
+                "[placement.resource_classes]\n\"3g.40gb\" = \"CUSTOM_mig\"",
+                "placement.resource_classes",
+            ),
             (
                 "[placement]\ndefault_type = \"a\"\n[placement.resource_classes]\na = \"CUSTOM_A\"",
                 "placement.resource_classes",
             ),
-            ("[placement]\ntoken_file = \"/nonexistent/t\"", "placement.token_file"),
+            (
+                "[placement]\ntoken_file = \"/nonexistent/t\"",
+                "placement.token_file",
+            ),
             ("[placement]\nca_file = \"ca.pem\"", "placement.ca_file"),
-            ("[placement.keystone]\ninterface = \"private\"", "placement.keystone.interface"),
-            ("[placement]\nenabled = true\ntoken = \"admin\"", "placement.endpoint"),
-            ("[placement]\nenabled = true\nendpoint = \"http://c:8778\"", "placement.token"),
+            (
+                "[placement.keystone]\ninterface = \"private\"",
+                "placement.keystone.interface",
+            ),
+            (
+                "[placement]\nenabled = true\ntoken = \"admin\"",
+                "placement.endpoint",
+            ),
+            (
+                "[placement]\nenabled = true\nendpoint = \"http://c:8778\"",
+                "placement.token",
+            ),
             (
                 "[placement]\nenabled = true\nendpoint = \"http://c:8778\"\nauth = \"token\"",
                 "placement.token",
             ),
-            ("[placement]\nenabled = true\nauth = \"keystone\"", "placement.keystone.auth_url"),
+            (
+                "[placement]\nenabled = true\nauth = \"keystone\"",
+                "placement.keystone.auth_url",
+            ),
             (
                 "[placement]\nenabled = true\nauth = \"keystone\"\n[placement.keystone]\n\
                  auth_url = \"https://k:5000/v3\"\nusername = \"vgpud\"\nproject_name = \"service\"",
@@ -718,11 +754,15 @@ mod tests {
             }
         }
         // Unknown keys are refused in the subsections too.
-        let e = parse("[placement.keystone]\npasword = \"x\"\n").unwrap_err().to_string();
+        let e = parse("[placement.keystone]\npasword = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pasword") && e.contains("line 2"), "{e}");
         // A disabled section may be half written; the endpoint's remedy is given when enabled.
         parse("[placement]\nauth = \"keystone\"").unwrap();
-        let e = parse("[placement]\nenabled = true\ntoken = \"admin\"").unwrap_err().to_string();
+        let e = parse("[placement]\nenabled = true\ntoken = \"admin\"")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("http://controller:8778"), "{e}");
     }
 
@@ -756,7 +796,10 @@ mod tests {
         c.placement.token = "admin".into();
         c.placement.keystone.password = "hunter2".into();
         let text = toml::to_string(&c).unwrap();
-        assert!(!text.contains("hunter2") && !text.contains("\"admin\""), "{text}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("\"admin\""),
+            "{text}"
+        );
         assert!(text.contains("<redacted>"), "{text}");
     }
 

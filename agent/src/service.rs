@@ -28,6 +28,8 @@ use crate::metrics::failure_reason;
 use crate::metrics::process::ProcessStats;
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
 use crate::placement::consumer::{ConsumerCheck, ConsumerVerdict};
+use crate::placement::reporter::Reporter;
+use crate::placement::status::PlacementStatus;
 use crate::telemetry::TelemetryCache;
 
 /// Result of a service call; errors carry stable machine codes ([`EngineError::code`]).
@@ -42,6 +44,8 @@ pub struct ServiceOptions {
     pub pinning: Option<PinningConfig>,
     /// Xid classification, quiet period, reset before release.
     pub health: HealthSettings,
+    /// The OpenStack Placement reporter, when `[placement] enabled`; the daemon runs its loop.
+    pub placement: Option<Arc<Reporter>>,
 }
 
 impl ServiceOptions {
@@ -52,6 +56,7 @@ impl ServiceOptions {
             policy: policy_named(&config.scheduler.policy)?,
             pinning: PinningConfig::from_config(config)?,
             health: HealthSettings::from_config(&config.health),
+            placement: None,
         })
     }
 }
@@ -84,6 +89,7 @@ pub struct Service {
     telemetry: Arc<TelemetryCache>,
     health: Arc<Health>,
     consumer_check: Option<Arc<dyn ConsumerCheck>>,
+    placement: Option<Arc<Reporter>>,
 }
 
 impl Service {
@@ -102,7 +108,12 @@ impl Service {
             links: Arc::default(),
             apply_slot: Arc::default(),
             telemetry: Arc::default(),
-            consumer_check: None,
+            // The reporter knows this host's providers: it checks consumers against them.
+            consumer_check: options
+                .placement
+                .clone()
+                .map(|r| r as Arc<dyn ConsumerCheck>),
+            placement: options.placement,
         }
     }
 
@@ -130,8 +141,19 @@ impl Service {
             &self.telemetry.latest(),
             self.engine.metrics(),
             &ProcessStats::current(),
+            self.placement_status().as_ref(),
             SystemTime::now(),
         )
+    }
+
+    /// The Placement reporter, when reporting is on.
+    pub fn placement_reporter(&self) -> Option<&Arc<Reporter>> {
+        self.placement.as_ref()
+    }
+
+    /// How the host stands with OpenStack Placement; `None` when reporting is off.
+    pub fn placement_status(&self) -> Option<PlacementStatus> {
+        self.placement.as_ref().map(|r| r.status())
     }
 
     /// The placement policy in force.

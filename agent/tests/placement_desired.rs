@@ -41,7 +41,10 @@ fn check_inventories(t: &DesiredTree) {
         );
         for (class, inv) in &g.inventories {
             assert!(is_valid_class(class), "{class}");
-            assert!(inv.total > 0 && inv.reserved <= inv.total, "{class}: {inv:?}");
+            assert!(
+                inv.total > 0 && inv.reserved <= inv.total,
+                "{class}: {inv:?}"
+            );
             assert_eq!(inv.max_unit, inv.total, "{class}");
             assert_eq!((inv.min_unit, inv.step_size), (1, 1), "{class}");
             assert_eq!(inv.allocation_ratio, 1.0, "{class}");
@@ -154,7 +157,10 @@ fn an_on_demand_gpu_reports_what_could_be_created_and_keeps_its_total_when_alloc
     assert_eq!(units(&t, A100, "CUSTOM_MIG_1G_10GB"), Some((1 + left, 1)));
     assert_eq!(units(&t, A100, "CUSTOM_MIG_3G_40GB"), Some((1, 0)));
     // The other GPUs did not move.
-    assert_eq!(units(&t, "0000:0f:00.0", "CUSTOM_MIG_1G_10GB"), Some((7, 0)));
+    assert_eq!(
+        units(&t, "0000:0f:00.0", "CUSTOM_MIG_1G_10GB"),
+        Some((7, 0))
+    );
 }
 
 #[test]
@@ -206,7 +212,10 @@ fn a_quarantined_gpu_reserves_everything_until_it_is_released() {
     assert!(q.traits.contains("CUSTOM_VGPUD_QUARANTINED"));
     let other = gpu(&t, "0000:0f:00.0");
     assert!(!other.traits.contains("CUSTOM_VGPUD_QUARANTINED"));
-    assert_eq!(units(&t, "0000:0f:00.0", "CUSTOM_MIG_1G_10GB"), Some((7, 0)));
+    assert_eq!(
+        units(&t, "0000:0f:00.0", "CUSTOM_MIG_1G_10GB"),
+        Some((7, 0))
+    );
 
     e.release_gpu(addr(A100), ReleaseHow::Operator).unwrap();
     let t = tree(&s, &e);
@@ -297,7 +306,10 @@ fn resource_classes_override_the_naming_and_a_shared_class_is_warned() {
          \"1g.10gb\" = \"CUSTOM_SMALL_SLICE\"\n\"3g.40gb\" = \"CUSTOM_HALF\"\n\"2g.20gb\" = \"CUSTOM_HALF\"\n",
     );
     let t = tree(&s, &e);
-    assert_eq!(units(&t, "0000:0f:00.0", "CUSTOM_SMALL_SLICE"), Some((7, 0)));
+    assert_eq!(
+        units(&t, "0000:0f:00.0", "CUSTOM_SMALL_SLICE"),
+        Some((7, 0))
+    );
     assert_eq!(units(&t, "0000:0f:00.0", "CUSTOM_MIG_1G_10GB"), None);
     let g = gpu(&t, A100);
     assert_eq!(units(&t, A100, "CUSTOM_SMALL_SLICE"), Some((1, 0)));

@@ -42,6 +42,15 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+// By hand: the session holds credentials, and the agent nothing worth printing.
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.inner.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     agent: ureq::Agent,
     session: Session,

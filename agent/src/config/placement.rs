@@ -164,7 +164,10 @@ fn validate_ranges(p: &PlacementConfig) -> Result<(), Refusal> {
         ));
     }
     if !(100..=600_000).contains(&p.timeout_ms) {
-        return Err(("placement.timeout_ms", "must be 100 ms to 10 minutes".into()));
+        return Err((
+            "placement.timeout_ms",
+            "must be 100 ms to 10 minutes".into(),
+        ));
     }
     if !(1..=86_400).contains(&p.sync_interval_s) {
         return Err(("placement.sync_interval_s", "must be 1 s to 1 day".into()));
@@ -269,7 +272,11 @@ fn validate_classes(p: &PlacementConfig) -> Result<(), Refusal> {
 fn validate_files(p: &PlacementConfig) -> Result<(), Refusal> {
     let files = [
         ("placement.token_file", &p.token_file, true),
-        ("placement.keystone.password_file", &p.keystone.password_file, true),
+        (
+            "placement.keystone.password_file",
+            &p.keystone.password_file,
+            true,
+        ),
         ("placement.ca_file", &p.ca_file, false),
     ];
     for (key, file, secret) in files {

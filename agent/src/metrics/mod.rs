@@ -6,6 +6,7 @@
 //! it. [`render`] turns it and the telemetry cache's latest snapshot into OpenMetrics text.
 
 mod labels;
+mod placement;
 pub mod process;
 pub mod render;
 

@@ -90,7 +90,14 @@ mod tests {
         assert_eq!(map.class_of("nvidia-223"), "CUSTOM_NVIDIA_223");
         assert_eq!(map.class_of("NVIDIA A100-4C"), "CUSTOM_NVIDIA_A100_4C");
         assert_eq!(map.class_of("vf"), "CUSTOM_VF");
-        for t in ["nvidia-222", "gpu", "3g.40gb", "NVIDIA A100-4C", "vf", "ü x"] {
+        for t in [
+            "nvidia-222",
+            "gpu",
+            "3g.40gb",
+            "NVIDIA A100-4C",
+            "vf",
+            "ü x",
+        ] {
             assert!(is_valid_class(&map.class_of(t)), "{t}");
         }
     }
@@ -107,10 +114,25 @@ mod tests {
 
     #[test]
     fn class_validation() {
-        for ok in ["VGPU", "PGPU", "PCI_DEVICE", "CUSTOM_X", "CUSTOM_MIG_3G_40GB", "CUSTOM__"] {
+        for ok in [
+            "VGPU",
+            "PGPU",
+            "PCI_DEVICE",
+            "CUSTOM_X",
+            "CUSTOM_MIG_3G_40GB",
+            "CUSTOM__",
+        ] {
             assert!(is_valid_class(ok), "{ok}");
         }
-        for bad in ["", "CUSTOM_", "custom_x", "CUSTOM_x", "CUSTOM-X", "MEMORY_MB", "VGPU "] {
+        for bad in [
+            "",
+            "CUSTOM_",
+            "custom_x",
+            "CUSTOM_x",
+            "CUSTOM-X",
+            "MEMORY_MB",
+            "VGPU ",
+        ] {
             assert!(!is_valid_class(bad), "{bad}");
         }
         assert!(!is_valid_class(&format!("CUSTOM_{}", "A".repeat(250))));

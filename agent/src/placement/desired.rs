@@ -152,7 +152,11 @@ pub fn desired_from(settings: &PlacementSettings, facts: &HostFacts) -> DesiredT
     let mut gpus = Vec::new();
     for g in &facts.gpus {
         let address = g.gpu.pci_address;
-        let on_gpu: Vec<&Slice> = facts.slices.iter().filter(|s| s.spec.gpu == address).collect();
+        let on_gpu: Vec<&Slice> = facts
+            .slices
+            .iter()
+            .filter(|s| s.spec.gpu == address)
+            .collect();
         let mut gpu = gpu_provider(settings, g, &on_gpu, &consumers, &mut warnings);
         gpu.numa_node = numa_parent(settings, g, &mut warnings);
         gpus.push(gpu);

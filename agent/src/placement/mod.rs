@@ -17,6 +17,7 @@
 //! upstream scheduler claimed for a request; [`audit`] compares vgpud's allocations with
 //! Placement's.
 
+pub mod allocations;
 pub mod audit;
 pub mod classes;
 pub mod consumer;
@@ -28,5 +29,7 @@ pub mod status;
 pub mod sync;
 pub mod traits;
 
-pub use desired::{DesiredGpu, DesiredNuma, DesiredTree, GpuFacts, HostFacts, desired_from, desired_tree};
+pub use desired::{
+    DesiredGpu, DesiredNuma, DesiredTree, GpuFacts, HostFacts, desired_from, desired_tree,
+};
 pub use settings::{AuthSettings, KeystoneSettings, PlacementSettings, Secret};

@@ -40,6 +40,7 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(list_allocations, create_allocation))
         .routes(routes!(get_allocation, release_allocation))
         .routes(routes!(placement_score))
+        .routes(routes!(super::placement::get_placement))
         .routes(routes!(get_layouts, put_layouts))
         .routes(routes!(super::import::import_layouts))
         .routes(routes!(get_operation))
