@@ -12,11 +12,21 @@
 //!
 //! [`desired`] computes the tree from the engine alone (no HTTP); [`names`], [`classes`] and
 //! [`traits`] are Nova's and vgpud's naming rules; [`settings`] is `[placement]` parsed.
+//! [`sync`] writes the difference to Placement, [`reporter`] runs it on changes and
+//! periodically, with the standing in [`status`]. [`consumer`] checks the allocation an
+//! upstream scheduler claimed for a request; [`audit`] compares vgpud's allocations with
+//! Placement's.
 
+pub mod allocations;
+pub mod audit;
 pub mod classes;
+pub mod consumer;
 pub mod desired;
 pub mod names;
+pub mod reporter;
 pub mod settings;
+pub mod status;
+pub mod sync;
 pub mod traits;
 
 pub use desired::{

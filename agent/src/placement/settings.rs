@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use placement::{Auth, ClientConfig, KeystonePassword};
+
 use crate::config::{Config, KeystoneConfig, PlacementConfig};
 
 use super::classes::ClassMap;
@@ -143,6 +145,38 @@ impl PlacementSettings {
             heal: p.heal,
             heal_grace: Duration::from_secs(p.heal_grace_s),
         }
+    }
+}
+
+impl PlacementSettings {
+    /// How the client reaches Placement, secrets read now (a token or password file that
+    /// cannot be read is a configuration error).
+    pub fn client_config(&self) -> Result<ClientConfig, placement::Error> {
+        let secret = |s: &Secret| s.read().map_err(placement::Error::Config);
+        let auth = match &self.auth {
+            AuthSettings::NoAuth(token) => Auth::NoAuth {
+                token: secret(token)?,
+            },
+            AuthSettings::Token(token) => Auth::Token {
+                token: secret(token)?,
+            },
+            AuthSettings::Keystone(k) => Auth::Keystone(KeystonePassword {
+                auth_url: k.auth_url.clone(),
+                username: k.username.clone(),
+                password: secret(&k.password)?,
+                user_domain_name: k.user_domain_name.clone(),
+                project_name: k.project_name.clone(),
+                project_domain_name: k.project_domain_name.clone(),
+                region: k.region.clone(),
+                interface: k.interface.clone(),
+            }),
+        };
+        Ok(ClientConfig {
+            endpoint: self.endpoint.clone(),
+            auth,
+            ca_file: self.ca_file.clone(),
+            timeout: self.timeout,
+        })
     }
 }
 
