@@ -4,6 +4,9 @@
 //! whose consumer holds nothing here, reports a consumer it does not know, and shows all of it
 //! in `GET /v1/placement`, `vgpuctl host` and `/metrics`.
 
+// Helpers outside #[test] functions fail the test run on a broken peer, which is what they are for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

@@ -3,6 +3,9 @@
 //! it, how layouts, allocations and quarantine change the inventories, and how it behaves next
 //! to other writers and through an outage.
 
+// Helpers outside #[test] functions fail the test run on a broken peer, which is what they are for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
