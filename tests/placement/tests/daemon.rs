@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use placement::Client;
 use placement::model::{ConsumerAllocations, ProviderAllocation};
-use placement::{Auth, Client, ClientConfig};
 use serde_json::{Value, json};
 use testkit::placement::PlacementPeer;
 use torture::http;
@@ -95,15 +95,7 @@ impl Drop for Daemon {
 }
 
 fn client(peer: &PlacementPeer) -> Client {
-    Client::new(ClientConfig {
-        endpoint: Some(peer.url()),
-        auth: Auth::NoAuth {
-            token: "admin".into(),
-        },
-        ca_file: None,
-        timeout: Duration::from_secs(10),
-    })
-    .unwrap()
+    placement_peer::admin_client(&peer.url())
 }
 
 fn gpu_provider(c: &Client) -> Uuid {

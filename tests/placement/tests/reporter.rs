@@ -14,8 +14,8 @@ use agent::config::Config;
 use agent::placement::reporter::Reporter;
 use agent::placement::settings::PlacementSettings;
 use agent::service::Service;
+use placement::Client;
 use placement::model::{Inventory, Provider};
-use placement::{Auth, Client, ClientConfig};
 use sim::SimHost;
 use testkit::placement::PlacementPeer;
 use testkit::{addr, gpu_layout, request};
@@ -36,20 +36,12 @@ const NUMA1: [&str; 4] = [
 ];
 
 fn peer() -> Option<PlacementPeer> {
-    PlacementPeer::start().expect("start Placement")
+    placement_peer::placement()
 }
 
 /// The test's own client: "another service" looking at Placement.
 fn client(peer: &PlacementPeer) -> Client {
-    Client::new(ClientConfig {
-        endpoint: Some(peer.url()),
-        auth: Auth::NoAuth {
-            token: "admin".into(),
-        },
-        ca_file: None,
-        timeout: Duration::from_secs(10),
-    })
-    .expect("client")
+    placement_peer::admin_client(&peer.url())
 }
 
 /// `[placement]` settings for `root`, with `extra` keys.
@@ -508,4 +500,56 @@ fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_class_the_layout_drops_stays_closed_while_a_consumer_holds_it() {
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, service) = dgx(dir.path());
+    let reporter = Reporter::new(settings(&peer, "dgx-05", DGX)).unwrap();
+    reporter.sync_now(service.engine()).expect("sync");
+    let c = client(&peer);
+    let gpu = tree(&c, "dgx-05")[&gpu_name("dgx-05", NUMA0[0])].clone();
+    // An upstream scheduler claims one VGPU (a 1g.10gb) on the first GPU...
+    let consumer = Uuid::new_v4();
+    let claim = placement::model::ConsumerAllocations {
+        allocations: BTreeMap::from([(
+            gpu.uuid,
+            placement::model::ProviderAllocation {
+                resources: BTreeMap::from([("VGPU".to_owned(), 1)]),
+                generation: None,
+            },
+        )]),
+        consumer_generation: None,
+        project_id: Some(Uuid::new_v4().to_string()),
+        user_id: Some(Uuid::new_v4().to_string()),
+        consumer_type: Some("INSTANCE".into()),
+    };
+    c.put_consumer_allocations(consumer, &claim).unwrap();
+    // ...then the operator re-lays the GPU out as one 7g.80gb: VGPU is no longer offered, but
+    // Placement will not delete an inventory a consumer uses. It stays, closed.
+    service
+        .set_layouts(vec![gpu_layout(NUMA0[0], &[("7g.80gb", 1)])])
+        .expect("layout");
+    let out = reporter.sync_now(service.engine()).expect("sync");
+    let inv = inventories(&c, &gpu);
+    assert_eq!(inv["CUSTOM_MIG_7G_80GB"].total, 1, "{inv:?}");
+    assert_eq!(inv["VGPU"].reserved, inv["VGPU"].total, "{inv:?}");
+    assert!(
+        out.warnings
+            .iter()
+            .any(|w| w.contains("VGPU is no longer offered")),
+        "{:?}",
+        out.warnings
+    );
+    // Once the consumer is gone the class goes too.
+    c.delete_consumer_allocations(consumer).unwrap();
+    reporter.sync_now(service.engine()).expect("sync");
+    let inv = inventories(&c, &gpu);
+    assert_eq!(
+        inv.keys().collect::<Vec<_>>(),
+        ["CUSTOM_MIG_7G_80GB"],
+        "{inv:?}"
+    );
 }
