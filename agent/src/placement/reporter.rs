@@ -55,7 +55,9 @@ impl Reporter {
     pub fn new(settings: PlacementSettings) -> Result<Self, placement::Error> {
         let client = Client::new(settings.client_config()?)?;
         let status = PlacementStatus {
-            endpoint: client.endpoint().ok(),
+            // Not `client.endpoint()`: with Keystone that authenticates, and start-up must not
+            // wait on Keystone. The catalog's endpoint is filled in after the first pass.
+            endpoint: settings.endpoint.clone(),
             root_name: settings.root_name.clone(),
             pending_since: Some(epoch(SystemTime::now())),
             ..PlacementStatus::default()
@@ -160,7 +162,7 @@ impl Reporter {
         }
         let status = &mut inner.status;
         status.last_attempt = Some(epoch(started));
-        if status.endpoint.is_none() {
+        if status.endpoint.is_none() && result.is_ok() {
             status.endpoint = self.client.endpoint().ok();
         }
         match &result {
