@@ -1,0 +1,384 @@
+//! The fleet benchmark: N simulated hosts, each a real `vgpud run --sim` with its own state
+//! directory, socket and `vgpud.toml` reporting to one Placement; a workload drawn from the
+//! openb pod list placed in arrival order, with no departures, until `max_failures` requests in
+//! a row fail or the list ends; once per policy, each on a fresh fleet.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use placement::Client;
+use serde_json::{Value, json};
+
+use crate::host::Vgpud;
+use crate::scheduler::{Claimant, Outcome, Policy, Scheduler};
+use crate::workload::{Offer, wants};
+
+/// A kind of host in the fleet: a simulator profile, the slice type its GPUs report on demand,
+/// and the MIG layout declared on it (if any).
+#[derive(Debug, Clone)]
+pub struct HostKind {
+    /// The `sim/profiles` name.
+    pub profile: &'static str,
+    /// `[placement] on_demand_types`.
+    pub on_demand: &'static [&'static str],
+    /// The slices declared on every GPU (`PUT /v1/layouts`), `(type, count)`.
+    pub layout: &'static [(&'static str, u32)],
+}
+
+/// The mix, host `n` being of kind `n % 5`: a DGX A100 with a declared MIG layout (3g + 2g +
+/// 2 × 1g on each GPU: seven compute slices, a valid A100 placement), an HGX H200 lending whole
+/// GPUs, an HGX H200 with time-sliced quarter vGPUs, a VDI host with quarter T4/A16 vGPUs (mdev),
+/// and an L4 host with quarter vGPUs (mdev).
+pub const KINDS: [HostKind; 5] = [
+    HostKind {
+        profile: "dgx-a100",
+        on_demand: &[],
+        layout: &[("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 2)],
+    },
+    HostKind {
+        profile: "hgx-h200",
+        on_demand: &["gpu"],
+        layout: &[],
+    },
+    HostKind {
+        profile: "hgx-h200",
+        on_demand: &["NVIDIA H200X-35C"],
+        layout: &[],
+    },
+    HostKind {
+        profile: "vdi-mixed",
+        on_demand: &["nvidia-232", "nvidia-706"],
+        layout: &[],
+    },
+    HostKind {
+        profile: "single-gpu",
+        on_demand: &["nvidia-930"],
+        layout: &[],
+    },
+];
+
+/// The slice menus of [`KINDS`], for mapping the trace's shares (`workload`): MIG shares are
+/// compute slices over seven; a vGPU type's share is one over its instances per GPU
+/// (`max_instance` in the profiles: H200X-35C 4, T4-4Q 4, A16-4Q 4, L4-6Q 4).
+pub fn offers() -> Vec<Offer> {
+    vec![
+        Offer::new(
+            "a100-mig",
+            &[("1g.10gb", 142), ("2g.20gb", 285), ("3g.40gb", 428)],
+        ),
+        Offer::new("h200-vgpu", &[("NVIDIA H200X-35C", 250)]),
+        Offer::new("t4-vgpu", &[("nvidia-232", 250)]),
+        Offer::new("a16-vgpu", &[("nvidia-706", 250)]),
+        Offer::new("l4-vgpu", &[("nvidia-930", 250)]),
+    ]
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// Hosts.
+    pub agents: usize,
+    /// Seed of the pod draw.
+    pub seed: u64,
+    /// Placement's URL.
+    pub placement: String,
+    /// The `vgpud` binary.
+    pub vgpud: PathBuf,
+    /// The openb pod list.
+    pub pods: PathBuf,
+    /// Stop after this many requests in a row that could not be placed.
+    pub max_failures: usize,
+    /// Stop after this many requests (all: `None`).
+    pub max_pods: Option<usize>,
+    /// How long the hosts may take to appear in Placement.
+    pub ready_timeout: Duration,
+}
+
+/// N running vgpuds; killed when dropped.
+pub struct Fleet {
+    _dir: tempfile::TempDir,
+    children: Vec<Child>,
+    /// Root provider name → socket.
+    pub hosts: Vec<(String, PathBuf)>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The name host `n` reports as its compute node.
+pub fn host_name(n: usize) -> String {
+    format!("fleet-host-{n:02}")
+}
+
+fn config(placement: &str, name: &str, kind: &HostKind) -> String {
+    let types: Vec<String> = kind.on_demand.iter().map(|t| format!("{t:?}")).collect();
+    format!(
+        "[placement]\nenabled = true\nendpoint = {placement:?}\nauth = \"noauth2\"\ntoken = \"admin\"\n\
+         compute_node = {name:?}\nown_root = true\nnuma_subtree = true\non_demand_types = [{}]\n\
+         debounce_ms = 200\n",
+        types.join(", ")
+    )
+}
+
+impl Fleet {
+    /// Starts `agents` hosts of [`KINDS`] reporting to `placement`, declares their layouts, and
+    /// waits until each is ready (its socket answers).
+    pub fn start(options: &FleetOptions) -> anyhow::Result<Fleet> {
+        let dir = tempfile::Builder::new()
+            .prefix("two-level-fleet")
+            .tempdir()?;
+        let mut fleet = Fleet {
+            _dir: dir,
+            children: Vec::new(),
+            hosts: Vec::new(),
+        };
+        let base = fleet._dir.path().to_owned();
+        for n in 0..options.agents {
+            let kind = &KINDS[n % KINDS.len()];
+            let name = host_name(n);
+            let host_dir = base.join(&name);
+            std::fs::create_dir_all(&host_dir)?;
+            std::fs::write(
+                host_dir.join("vgpud.toml"),
+                config(&options.placement, &name, kind),
+            )?;
+            let log = std::fs::File::create(host_dir.join("vgpud.log"))?;
+            let mut child = testkit::daemon::sim_run(
+                &mut Command::new(&options.vgpud),
+                &host_dir,
+                kind.profile,
+                None,
+            )
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", options.vgpud.display()))?;
+            let log_path = host_dir.join("vgpud.log");
+            let ready = testkit::daemon::wait_ready(
+                &mut child,
+                || std::fs::read_to_string(&log_path).unwrap_or_default(),
+                Duration::from_secs(60),
+            );
+            fleet.children.push(child);
+            ready.with_context(|| format!("{name} ({})", kind.profile))?;
+            fleet.hosts.push((name, host_dir.join("api.sock")));
+        }
+        for (n, (name, socket)) in fleet.hosts.iter().enumerate() {
+            declare_layout(&Vgpud::new(socket)?, KINDS[n % KINDS.len()].layout)
+                .with_context(|| name.clone())?;
+        }
+        Ok(fleet)
+    }
+
+    /// Waits until every host's root provider has a GPU provider with inventory in Placement.
+    pub fn wait_in_placement(&self, client: &Client, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        for (name, _) in &self.hosts {
+            while !reported(client, name)? {
+                if Instant::now() > deadline {
+                    bail!(
+                        "{name} has no GPU provider with inventory in Placement after {timeout:?}"
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn reported(client: &Client, name: &str) -> anyhow::Result<bool> {
+    let Some(root) = client.provider_named(name)? else {
+        return Ok(false);
+    };
+    for p in client.tree(root.uuid)? {
+        if p.name.contains("_pci_") && !client.inventories(p.uuid)?.inventories.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Declares `slices` on every GPU of a host and waits for the layout apply to finish.
+pub fn declare_layout(host: &Vgpud, slices: &[(&str, u32)]) -> anyhow::Result<()> {
+    if slices.is_empty() {
+        return Ok(());
+    }
+    let entries: Vec<Value> = slices
+        .iter()
+        .map(|(t, c)| json!({"type": t, "count": c}))
+        .collect();
+    let body = json!({"layouts": [{"name": "fleet", "slices": entries}]});
+    let mut op = host
+        .call("PUT", "/v1/layouts", Some(&body))
+        .map_err(|r| anyhow::anyhow!("declaring the layout: {}: {}", r.code, r.message))?;
+    let id = op["id"].as_str().unwrap_or_default().to_owned();
+    while op["state"] == "running" {
+        std::thread::sleep(Duration::from_millis(100));
+        op = host
+            .call("GET", &format!("/v1/operations/{id}"), None)
+            .map_err(|r| anyhow::anyhow!("polling the layout apply: {}: {}", r.code, r.message))?;
+    }
+    if op["state"] == "failed" {
+        bail!("the layout apply failed: {}", op["error"]);
+    }
+    Ok(())
+}
+
+/// The figures of one policy's run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Figures {
+    /// The policy.
+    pub policy: String,
+    /// Requests tried.
+    pub tried: usize,
+    /// Requests placed.
+    pub placed: usize,
+    /// vgpud refusals after Placement had taken the claim (goal 0).
+    pub refused_after_yes: usize,
+    /// Claims Placement refused.
+    pub claim_conflicts: usize,
+    /// Requests Placement had no candidate for.
+    pub no_candidate: usize,
+    /// Requests with candidates no vgpud would take.
+    pub no_host_feasible: usize,
+    /// Placed ÷ tried.
+    pub acceptance: f64,
+    /// Score calls per decision, mean.
+    pub score_calls_mean: f64,
+    /// Decision time, milliseconds: mean, p50, p99.
+    pub decision_ms: [f64; 3],
+    /// GPU thousandths placed, by slice type.
+    pub placed_by_type: BTreeMap<String, usize>,
+}
+
+/// Places the workload with `scheduler` (see the module doc).
+pub fn place_workload(
+    scheduler: &mut Scheduler,
+    pods: &[bench::openb::Pod],
+    max_failures: usize,
+) -> anyhow::Result<Figures> {
+    let offers = offers();
+    let mut f = Figures {
+        policy: scheduler.policy.name().to_owned(),
+        ..Figures::default()
+    };
+    let mut times = Vec::new();
+    let mut calls = 0u64;
+    let mut failures_in_a_row = 0;
+    for pod in pods {
+        let alternatives = wants(pod.num_gpu, pod.gpu_milli, &offers);
+        if alternatives.is_empty() {
+            continue;
+        }
+        let d = scheduler.place(&alternatives)?;
+        f.tried += 1;
+        times.push(d.elapsed.as_secs_f64() * 1000.0);
+        calls += u64::from(d.score_calls);
+        f.refused_after_yes += d.refusals.len();
+        f.claim_conflicts += d.claim_conflicts as usize;
+        match d.outcome {
+            Outcome::Placed { want, .. } => {
+                f.placed += 1;
+                *f.placed_by_type.entry(want.slice_type).or_default() += 1;
+                failures_in_a_row = 0;
+            }
+            other => {
+                match other {
+                    Outcome::NoCandidate => f.no_candidate += 1,
+                    Outcome::NoHostFeasible => f.no_host_feasible += 1,
+                    _ => {}
+                }
+                failures_in_a_row += 1;
+                if failures_in_a_row >= max_failures {
+                    break;
+                }
+            }
+        }
+    }
+    f.acceptance = if f.tried == 0 {
+        0.0
+    } else {
+        f.placed as f64 / f.tried as f64
+    };
+    f.score_calls_mean = if f.tried == 0 {
+        0.0
+    } else {
+        calls as f64 / f.tried as f64
+    };
+    f.decision_ms = summary(&mut times);
+    Ok(f)
+}
+
+fn summary(times: &mut [f64]) -> [f64; 3] {
+    if times.is_empty() {
+        return [0.0; 3];
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    [
+        times.iter().sum::<f64>() / times.len() as f64,
+        at(0.5),
+        at(0.99),
+    ]
+}
+
+/// The pods of `file` with a GPU request, shuffled with `seed`, at most `max`.
+pub fn draw_pods(
+    file: &Path,
+    seed: u64,
+    max: Option<usize>,
+) -> anyhow::Result<Vec<bench::openb::Pod>> {
+    let mut pods: Vec<_> = bench::openb::read_pods(file)?
+        .into_iter()
+        .filter(|p| p.num_gpu > 0)
+        .collect();
+    fastrand::Rng::with_seed(seed).shuffle(&mut pods);
+    if let Some(max) = max {
+        pods.truncate(max);
+    }
+    Ok(pods)
+}
+
+/// A Placement client for `url` (noauth2 admin).
+pub fn placement_client(url: &str) -> anyhow::Result<Client> {
+    Ok(Client::new(placement::ClientConfig {
+        endpoint: Some(url.to_owned()),
+        auth: placement::Auth::NoAuth {
+            token: "admin".to_owned(),
+        },
+        ca_file: None,
+        timeout: Duration::from_secs(30),
+    })?)
+}
+
+/// One policy on a fresh fleet.
+pub fn run_policy(options: &FleetOptions, policy: Policy) -> anyhow::Result<Figures> {
+    let client = placement_client(&options.placement)?;
+    let fleet = Fleet::start(options)?;
+    fleet.wait_in_placement(&client, options.ready_timeout)?;
+    let hosts = fleet
+        .hosts
+        .iter()
+        .map(|(n, s)| Ok((n.clone(), Vgpud::new(s)?)))
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let claimant = Claimant {
+        project_id: "fleet-project".to_owned(),
+        user_id: "fleet-user".to_owned(),
+    };
+    let mut scheduler = Scheduler::new(client, hosts, claimant, policy);
+    let pods = draw_pods(&options.pods, options.seed, options.max_pods)?;
+    let figures = place_workload(&mut scheduler, &pods, options.max_failures);
+    // The next policy's fleet reuses the host names: it must find no claims of this one.
+    scheduler.release_claims()?;
+    drop(fleet);
+    figures
+}
