@@ -454,6 +454,10 @@ pub(crate) fn transport_error(url: &str, e: ureq::Error) -> Error {
         ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => Error::Unavailable(
             format!("{url}: TLS failed ({e}); a private CA needs ca_file"),
         ),
+        // rustls reports a refused certificate from inside the stream as InvalidData.
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => Error::Unavailable(
+            format!("{url}: TLS failed ({io}); a private CA needs ca_file"),
+        ),
         other => Error::Unavailable(format!("{url}: {other}")),
     }
 }

@@ -5,6 +5,8 @@
 //! - engine test helpers in short form ([`engine`](mod@engine) module, re-exported here);
 //! - the REST router served on a unix socket ([`RestServer`]);
 //! - a self-signed certificate and owner-only secrets for TLS listeners ([`tls`]);
+//! - a real OpenStack Placement and Keystone from their venvs, served by gunicorn
+//!   ([`placement`], [`keystone`]), and a test CA for https peers ([`tls::test_ca`]);
 //! - the `engine-crash-child` binary the crash tests kill at random points.
 //!
 //! Test helpers panic on failure: a set-up that cannot be made is a failed test.
@@ -12,6 +14,9 @@
 
 pub mod daemon;
 pub mod engine;
+mod gunicorn;
+pub mod keystone;
+pub mod placement;
 mod rest;
 mod sim_host;
 pub mod tls;

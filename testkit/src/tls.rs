@@ -33,3 +33,46 @@ pub fn self_signed_cert(dir: &Path) -> (PathBuf, PathBuf) {
     write_secret(&key, &text);
     (cert, key)
 }
+
+/// A test certificate authority and a server certificate it signed, as PEM files.
+pub struct TestCa {
+    /// The CA's certificate: what a client's `ca_file` names.
+    pub ca_cert: PathBuf,
+    /// The server's certificate (`CN=localhost`, SAN 127.0.0.1 and localhost).
+    pub cert: PathBuf,
+    /// The server's key (mode 0600).
+    pub key: PathBuf,
+}
+
+/// A CA made with rcgen and a leaf for 127.0.0.1 signed by it, in `dir`: unlike
+/// [`self_signed_cert`], the server's certificate is not itself the trust anchor, as in a
+/// cloud with a private CA.
+pub fn test_ca(dir: &Path) -> TestCa {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
+        KeyUsagePurpose, SanType,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "vgpud test CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let mut leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    leaf.subject_alt_names
+        .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+    leaf.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_cert = leaf.signed_by(&leaf_key, &ca).unwrap();
+    let made = TestCa {
+        ca_cert: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server-key.pem"),
+    };
+    std::fs::write(&made.ca_cert, ca.pem()).unwrap();
+    std::fs::write(&made.cert, leaf_cert.pem()).unwrap();
+    write_secret(&made.key, &leaf_key.serialize_pem());
+    made
+}
