@@ -83,8 +83,8 @@ pub struct FleetOptions {
     pub agents: usize,
     /// Seed of the pod draw.
     pub seed: u64,
-    /// Placement's URL.
-    pub placement: String,
+    /// Placement's URL; none: a fresh one per policy (`testkit::placement`).
+    pub placement: Option<String>,
     /// The `vgpud` binary.
     pub vgpud: PathBuf,
     /// The openb pod list.
@@ -130,38 +130,37 @@ fn config(placement: &str, name: &str, kind: &HostKind) -> String {
 }
 
 impl Fleet {
-    /// Starts `agents` hosts of [`KINDS`] reporting to `placement`, declares their layouts, and
-    /// waits until each is ready (its socket answers).
-    pub fn start(options: &FleetOptions) -> anyhow::Result<Fleet> {
+    /// Starts one host per entry of `kinds` (host `n` named [`host_name`]`(n)`), reporting to
+    /// `placement` (none: no `[placement]` section, for tests that write Placement by hand),
+    /// declares their layouts, and waits until each is ready (its socket answers).
+    pub fn start(
+        vgpud: &Path,
+        placement: Option<&str>,
+        kinds: &[&HostKind],
+    ) -> anyhow::Result<Fleet> {
         let dir = tempfile::Builder::new()
             .prefix("two-level-fleet")
             .tempdir()?;
+        let base = dir.path().to_owned();
         let mut fleet = Fleet {
             _dir: dir,
             children: Vec::new(),
             hosts: Vec::new(),
         };
-        let base = fleet._dir.path().to_owned();
-        for n in 0..options.agents {
-            let kind = &KINDS[n % KINDS.len()];
+        for (n, kind) in kinds.iter().enumerate() {
             let name = host_name(n);
             let host_dir = base.join(&name);
             std::fs::create_dir_all(&host_dir)?;
-            std::fs::write(
-                host_dir.join("vgpud.toml"),
-                config(&options.placement, &name, kind),
-            )?;
-            let log = std::fs::File::create(host_dir.join("vgpud.log"))?;
-            let mut child = testkit::daemon::sim_run(
-                &mut Command::new(&options.vgpud),
-                &host_dir,
-                kind.profile,
-                None,
-            )
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", options.vgpud.display()))?;
+            let toml = placement
+                .map(|url| config(url, &name, kind))
+                .unwrap_or_default();
+            std::fs::write(host_dir.join("vgpud.toml"), toml)?;
             let log_path = host_dir.join("vgpud.log");
+            let mut child =
+                testkit::daemon::sim_run(&mut Command::new(vgpud), &host_dir, kind.profile, None)
+                    .stderr(std::fs::File::create(&log_path)?)
+                    .spawn()
+                    .with_context(|| format!("starting {}", vgpud.display()))?;
             let ready = testkit::daemon::wait_ready(
                 &mut child,
                 || std::fs::read_to_string(&log_path).unwrap_or_default(),
@@ -171,11 +170,18 @@ impl Fleet {
             ready.with_context(|| format!("{name} ({})", kind.profile))?;
             fleet.hosts.push((name, host_dir.join("api.sock")));
         }
-        for (n, (name, socket)) in fleet.hosts.iter().enumerate() {
-            declare_layout(&Vgpud::new(socket)?, KINDS[n % KINDS.len()].layout)
-                .with_context(|| name.clone())?;
+        for ((name, socket), kind) in fleet.hosts.iter().zip(kinds) {
+            declare_layout(&Vgpud::new(socket)?, kind.layout).with_context(|| name.clone())?;
         }
         Ok(fleet)
+    }
+
+    /// The hosts' vgpuds by root provider name, for a [`Scheduler`].
+    pub fn vgpuds(&self) -> anyhow::Result<BTreeMap<String, Vgpud>> {
+        self.hosts
+            .iter()
+            .map(|(n, s)| Ok((n.clone(), Vgpud::new(s)?)))
+            .collect()
     }
 
     /// Waits until every host's root provider has a GPU provider with inventory in Placement.
@@ -260,13 +266,22 @@ pub struct Figures {
     pub placed_by_type: BTreeMap<String, usize>,
 }
 
-/// Places the workload with `scheduler` (see the module doc).
+/// Places the workload with `scheduler` on [`KINDS`]' offers (see the module doc).
 pub fn place_workload(
     scheduler: &mut Scheduler,
     pods: &[bench::openb::Pod],
     max_failures: usize,
 ) -> anyhow::Result<Figures> {
-    let offers = offers();
+    place_workload_with(scheduler, pods, max_failures, &offers())
+}
+
+/// Places the workload with `scheduler`, shares mapped onto `offers`.
+pub fn place_workload_with(
+    scheduler: &mut Scheduler,
+    pods: &[bench::openb::Pod],
+    max_failures: usize,
+    offers: &[Offer],
+) -> anyhow::Result<Figures> {
     let mut f = Figures {
         policy: scheduler.policy.name().to_owned(),
         ..Figures::default()
@@ -275,7 +290,7 @@ pub fn place_workload(
     let mut calls = 0u64;
     let mut failures_in_a_row = 0;
     for pod in pods {
-        let alternatives = wants(pod.num_gpu, pod.gpu_milli, &offers);
+        let alternatives = wants(pod.num_gpu, pod.gpu_milli, offers);
         if alternatives.is_empty() {
             continue;
         }
@@ -360,24 +375,36 @@ pub fn placement_client(url: &str) -> anyhow::Result<Client> {
     })?)
 }
 
-/// One policy on a fresh fleet.
+/// The mix of `agents` hosts: host `n` of kind `n % 5` ([`KINDS`]).
+pub fn mix(agents: usize) -> Vec<&'static HostKind> {
+    (0..agents).map(|n| &KINDS[n % KINDS.len()]).collect()
+}
+
+/// One policy on a fresh fleet (and a fresh Placement unless `options.placement` names one).
 pub fn run_policy(options: &FleetOptions, policy: Policy) -> anyhow::Result<Figures> {
-    let client = placement_client(&options.placement)?;
-    let fleet = Fleet::start(options)?;
+    let peer = match &options.placement {
+        Some(_) => None,
+        None => Some(testkit::placement::PlacementPeer::start()?.context(
+            "no Placement venv (scripts/lib.sh ensure_placement_venv), and no --placement",
+        )?),
+    };
+    let url = options
+        .placement
+        .clone()
+        .or_else(|| peer.as_ref().map(|p| p.url()))
+        .unwrap_or_default();
+    let client = placement_client(&url)?;
+    let fleet = Fleet::start(&options.vgpud, Some(&url), &mix(options.agents))?;
     fleet.wait_in_placement(&client, options.ready_timeout)?;
-    let hosts = fleet
-        .hosts
-        .iter()
-        .map(|(n, s)| Ok((n.clone(), Vgpud::new(s)?)))
-        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
     let claimant = Claimant {
         project_id: "fleet-project".to_owned(),
         user_id: "fleet-user".to_owned(),
     };
-    let mut scheduler = Scheduler::new(client, hosts, claimant, policy);
+    let mut scheduler = Scheduler::new(client, fleet.vgpuds()?, claimant, policy);
     let pods = draw_pods(&options.pods, options.seed, options.max_pods)?;
     let figures = place_workload(&mut scheduler, &pods, options.max_failures);
-    // The next policy's fleet reuses the host names: it must find no claims of this one.
+    // A Placement named on the command line outlives the run, and the next policy's fleet
+    // reuses the host names: it must find no claims of this one.
     scheduler.release_claims()?;
     drop(fleet);
     figures

@@ -43,9 +43,10 @@ struct FleetArgs {
     /// Which policy (both: each on a fresh fleet, same workload).
     #[arg(long, value_enum, default_value = "both")]
     policy: PolicyArg,
-    /// Placement's URL (noauth2, token `admin`).
+    /// Placement's URL (noauth2, token `admin`); default: a fresh one per policy from the
+    /// test venv (`scripts/lib.sh` ensure_placement_venv).
     #[arg(long)]
-    placement: String,
+    placement: Option<String>,
     /// The vgpud binary (default: next to this program).
     #[arg(long)]
     vgpud: Option<PathBuf>,
