@@ -35,15 +35,13 @@ fn every_kind_offers_its_types_and_every_mapped_type_has_a_kind() {
             };
             // The reporter reports the first on-demand type a GPU offers, with what could be
             // created.
-            if let Some(t) = kind
+            let first = kind
                 .on_demand
                 .iter()
-                .find(|t| capacity.iter().any(|c| c["type"] == **t))
-            {
-                if count(t, "creatable") > 0 {
-                    on_demand += 1;
-                    offered.insert((*t).to_owned());
-                }
+                .find(|t| capacity.iter().any(|c| c["type"] == **t));
+            if let Some(t) = first.filter(|t| count(t, "creatable") > 0) {
+                on_demand += 1;
+                offered.insert((*t).to_owned());
             }
             for (t, n) in kind.layout {
                 assert_eq!(
