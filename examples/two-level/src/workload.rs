@@ -104,7 +104,13 @@ impl Want {
             }
             q.push(("group_policy".to_owned(), "isolate".to_owned()));
             if self.same_numa {
-                q.push(("same_subtree".to_owned(), groups.join(",")));
+                // `same_subtree` wants the common ancestor among the providers of its groups:
+                // a resourceless group (1.35) names the NUMA provider, as Nova asks for it.
+                q.push(("required_NUMA".to_owned(), "HW_NUMA_ROOT".to_owned()));
+                q.push((
+                    "same_subtree".to_owned(),
+                    format!("_NUMA,{}", groups.join(",")),
+                ));
             }
         } else {
             q.push((
@@ -191,7 +197,8 @@ mod tests {
         assert_eq!(get("resources_G2"), Some("PGPU:1"));
         assert_eq!(get("required_G2"), Some("CUSTOM_VGPUD_OWNED"));
         assert_eq!(get("group_policy"), Some("isolate"));
-        assert_eq!(get("same_subtree"), Some("_G1,_G2"));
+        assert_eq!(get("required_NUMA"), Some("HW_NUMA_ROOT"));
+        assert_eq!(get("same_subtree"), Some("_NUMA,_G1,_G2"));
         assert_eq!(get("resources"), None);
         let one = Want::new("3g.40gb", 2).query(5);
         assert_eq!(

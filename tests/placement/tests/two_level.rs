@@ -267,3 +267,70 @@ fn a_small_fleet_places_an_openb_workload_with_no_refusal_after_placement_said_y
     }
     assert_eq!(held, figures.placed);
 }
+
+#[test]
+fn several_whole_gpus_on_one_numa_node_are_asked_with_same_subtree() {
+    let Some(peer) = placement() else { return };
+    let client = admin_client(&peer.url());
+    // One host as the reporter writes it with `numa_subtree`: one GPU on node 0, two on node 1.
+    let root = client.create_provider("numa-host", None, None).unwrap();
+    let mut gpus_by_node: Vec<Vec<Uuid>> = Vec::new();
+    for (node, buses) in [(0, &["07"][..]), (1, &["87", "90"][..])] {
+        let numa = client
+            .create_provider(&format!("numa-host_numa_{node}"), None, Some(root.uuid))
+            .unwrap();
+        client
+            .set_traits(numa.uuid, numa.generation, &["HW_NUMA_ROOT".to_owned()])
+            .unwrap();
+        let mut ids = Vec::new();
+        for bus in buses {
+            let rp = client
+                .create_provider(
+                    &format!("numa-host_pci_0000_{bus}_00_0"),
+                    None,
+                    Some(numa.uuid),
+                )
+                .unwrap();
+            let inventories = BTreeMap::from([("PGPU".to_owned(), Inventory::whole(1))]);
+            client
+                .set_inventories(rp.uuid, rp.generation, &inventories)
+                .unwrap();
+            ids.push(rp.uuid);
+        }
+        gpus_by_node.push(ids);
+    }
+    let candidates = |want: &Want| {
+        let query = want.query(50);
+        let query: Vec<(&str, &str)> = query
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        client.allocation_candidates(&query).unwrap()
+    };
+    let mut want = Want::new("gpu", 2);
+    // Any two of the three GPUs, each its own provider (isolate).
+    let any = candidates(&want);
+    assert!(any.allocation_requests.len() >= 3, "{any:?}");
+    assert!(
+        any.allocation_requests
+            .iter()
+            .all(|r| r.allocations.len() == 2)
+    );
+    // Under one NUMA provider: only the pair on node 1.
+    want.same_numa = true;
+    let local = candidates(&want);
+    assert!(!local.allocation_requests.is_empty(), "{local:?}");
+    for r in &local.allocation_requests {
+        let mut got: Vec<Uuid> = r.allocations.keys().copied().collect();
+        got.sort();
+        let mut node1 = gpus_by_node[1].clone();
+        node1.sort();
+        assert_eq!(got, node1);
+    }
+    let hosts = by_host(&local).unwrap();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].root, root.uuid);
+    // Three GPUs on one node do not exist.
+    want.count = 3;
+    assert!(candidates(&want).allocation_requests.is_empty());
+}
