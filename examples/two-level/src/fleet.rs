@@ -16,63 +16,91 @@ use crate::host::Vgpud;
 use crate::scheduler::{Claimant, Outcome, Policy, Scheduler};
 use crate::workload::{Offer, wants};
 
+/// Slices declared on some GPUs of a host (`PUT /v1/layouts`).
+#[derive(Debug, Clone)]
+pub struct DeclaredLayout {
+    /// The GPUs, by index in PCI address order.
+    pub gpus: &'static [u32],
+    /// What each carries, `(type, count)`.
+    pub slices: &'static [(&'static str, u32)],
+}
+
 /// A kind of host in the fleet: a simulator profile, the slice type its GPUs report on demand,
-/// and the MIG layout declared on it (if any).
+/// and the MIG layouts declared on it (if any).
 #[derive(Debug, Clone)]
 pub struct HostKind {
     /// The `sim/profiles` name.
     pub profile: &'static str,
     /// `[placement] on_demand_types`.
     pub on_demand: &'static [&'static str],
-    /// The slices declared on every GPU (`PUT /v1/layouts`), `(type, count)`.
-    pub layout: &'static [(&'static str, u32)],
+    /// The layouts declared.
+    pub layouts: &'static [DeclaredLayout],
 }
 
-/// The mix, host `n` being of kind `n % 5`: a DGX A100 with a declared MIG layout (3g + 2g +
-/// 2 × 1g on each GPU: seven compute slices, a valid A100 placement), an HGX H200 lending whole
-/// GPUs, an HGX H200 with time-sliced quarter vGPUs, a VDI host with quarter T4/A16 vGPUs (mdev),
-/// and an L4 host with quarter vGPUs (mdev).
+/// The mix, host `n` being of kind `n % 5`, sized to the openb list's demand (of its GPU pods
+/// 55 % ask for whole GPUs, 20 % for a share above 4/7 of one, 13 % for (4/7, 3/7], 12 % for
+/// less):
+/// - a DGX A100 with declared MIG layouts: GPUs 0–3 3g.40gb + 2g.20gb + 2 × 1g.10gb, GPUs 4–7
+///   4g.40gb + 3g.40gb (seven compute slices each, valid A100 placements);
+/// - an HGX H200 lending whole GPUs (`gpu`);
+/// - an HGX H200 with time-sliced half vGPUs (`NVIDIA H200X-70C`, two per GPU);
+/// - a VDI host: quarter T4 vGPUs (`nvidia-232`, GRID T4-4Q) and half A16 vGPUs (`nvidia-707`,
+///   A16-8Q), mdev;
+/// - an L4 host lending its GPU whole.
 pub const KINDS: [HostKind; 5] = [
     HostKind {
         profile: "dgx-a100",
         on_demand: &[],
-        layout: &[("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 2)],
+        layouts: &[
+            DeclaredLayout {
+                gpus: &[0, 1, 2, 3],
+                slices: &[("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 2)],
+            },
+            DeclaredLayout {
+                gpus: &[4, 5, 6, 7],
+                slices: &[("4g.40gb", 1), ("3g.40gb", 1)],
+            },
+        ],
     },
     HostKind {
         profile: "hgx-h200",
         on_demand: &["gpu"],
-        layout: &[],
+        layouts: &[],
     },
     HostKind {
         profile: "hgx-h200",
-        on_demand: &["NVIDIA H200X-35C"],
-        layout: &[],
+        on_demand: &["NVIDIA H200X-70C"],
+        layouts: &[],
     },
     HostKind {
         profile: "vdi-mixed",
-        on_demand: &["nvidia-232", "nvidia-706"],
-        layout: &[],
+        on_demand: &["nvidia-232", "nvidia-707"],
+        layouts: &[],
     },
     HostKind {
         profile: "single-gpu",
-        on_demand: &["nvidia-930"],
-        layout: &[],
+        on_demand: &["gpu"],
+        layouts: &[],
     },
 ];
 
-/// The slice menus of [`KINDS`], for mapping the trace's shares (`workload`): MIG shares are
-/// compute slices over seven; a vGPU type's share is one over its instances per GPU
-/// (`max_instance` in the profiles: H200X-35C 4, T4-4Q 4, A16-4Q 4, L4-6Q 4).
+/// The slice menus of [`KINDS`], for mapping the trace's shares (`workload`): a MIG profile's
+/// share is its compute slices over seven; a vGPU type's is one over its instances per GPU
+/// (`max_instances` in the profiles: H200X-70C 2, T4-4Q 4, A16-8Q 2).
 pub fn offers() -> Vec<Offer> {
     vec![
         Offer::new(
             "a100-mig",
-            &[("1g.10gb", 142), ("2g.20gb", 285), ("3g.40gb", 428)],
+            &[
+                ("1g.10gb", 142),
+                ("2g.20gb", 285),
+                ("3g.40gb", 428),
+                ("4g.40gb", 571),
+            ],
         ),
-        Offer::new("h200-vgpu", &[("NVIDIA H200X-35C", 250)]),
+        Offer::new("h200-vgpu", &[("NVIDIA H200X-70C", 500)]),
         Offer::new("t4-vgpu", &[("nvidia-232", 250)]),
-        Offer::new("a16-vgpu", &[("nvidia-706", 250)]),
-        Offer::new("l4-vgpu", &[("nvidia-930", 250)]),
+        Offer::new("a16-vgpu", &[("nvidia-707", 500)]),
     ]
 }
 
@@ -171,7 +199,7 @@ impl Fleet {
             fleet.hosts.push((name, host_dir.join("api.sock")));
         }
         for ((name, socket), kind) in fleet.hosts.iter().zip(kinds) {
-            declare_layout(&Vgpud::new(socket)?, kind.layout).with_context(|| name.clone())?;
+            declare_layouts(&Vgpud::new(socket)?, kind.layouts).with_context(|| name.clone())?;
         }
         Ok(fleet)
     }
@@ -213,16 +241,24 @@ fn reported(client: &Client, name: &str) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-/// Declares `slices` on every GPU of a host and waits for the layout apply to finish.
-pub fn declare_layout(host: &Vgpud, slices: &[(&str, u32)]) -> anyhow::Result<()> {
-    if slices.is_empty() {
+/// Declares `layouts` on a host and waits for the layout apply to finish.
+pub fn declare_layouts(host: &Vgpud, layouts: &[DeclaredLayout]) -> anyhow::Result<()> {
+    if layouts.is_empty() {
         return Ok(());
     }
-    let entries: Vec<Value> = slices
+    let layouts: Vec<Value> = layouts
         .iter()
-        .map(|(t, c)| json!({"type": t, "count": c}))
+        .enumerate()
+        .map(|(n, l)| {
+            let slices: Vec<Value> = l
+                .slices
+                .iter()
+                .map(|(t, c)| json!({"type": t, "count": c}))
+                .collect();
+            json!({"name": format!("fleet-{n}"), "selector": {"indices": l.gpus}, "slices": slices})
+        })
         .collect();
-    let body = json!({"layouts": [{"name": "fleet", "slices": entries}]});
+    let body = json!({ "layouts": layouts });
     let mut op = host
         .call("PUT", "/v1/layouts", Some(&body))
         .map_err(|r| anyhow::anyhow!("declaring the layout: {}: {}", r.code, r.message))?;

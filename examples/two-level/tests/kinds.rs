@@ -21,8 +21,15 @@ fn every_kind_offers_its_types_and_every_mapped_type_has_a_kind() {
         let gpus = host.call("GET", "/v1/gpus", None).unwrap();
         let mut on_demand = 0;
         let mut declared = 0;
-        for gpu in gpus.as_array().unwrap() {
-            let address = gpu["pci_address"].as_str().unwrap();
+        let mut addresses: Vec<&str> = gpus
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["pci_address"].as_str().unwrap())
+            .collect();
+        // Layout selectors count GPUs in PCI address order.
+        addresses.sort();
+        for (index, address) in addresses.into_iter().enumerate() {
             let detail = host
                 .call("GET", &format!("/v1/gpus/{address}"), None)
                 .unwrap();
@@ -43,14 +50,17 @@ fn every_kind_offers_its_types_and_every_mapped_type_has_a_kind() {
                 on_demand += 1;
                 offered.insert((*t).to_owned());
             }
-            for (t, n) in kind.layout {
-                assert_eq!(
-                    count(t, "free"),
-                    u64::from(*n),
-                    "{name} {address}: declared {n} × {t}"
-                );
-                declared += 1;
-                offered.insert((*t).to_owned());
+            let index = u32::try_from(index).unwrap();
+            for layout in kind.layouts.iter().filter(|l| l.gpus.contains(&index)) {
+                for (t, n) in layout.slices {
+                    assert_eq!(
+                        count(t, "free"),
+                        u64::from(*n),
+                        "{name} {address}: declared {n} × {t}"
+                    );
+                    declared += 1;
+                    offered.insert((*t).to_owned());
+                }
             }
         }
         if !kind.on_demand.is_empty() {
@@ -61,12 +71,12 @@ fn every_kind_offers_its_types_and_every_mapped_type_has_a_kind() {
                 kind.on_demand
             );
         }
-        if !kind.layout.is_empty() {
+        if !kind.layouts.is_empty() {
             assert!(
                 declared > 0,
                 "{name} ({}): the layout {:?} made no free slices",
                 kind.profile,
-                kind.layout
+                kind.layouts
             );
         }
         // The dry run agrees for the kind's first type.
@@ -74,7 +84,7 @@ fn every_kind_offers_its_types_and_every_mapped_type_has_a_kind() {
             .on_demand
             .first()
             .copied()
-            .or(kind.layout.first().map(|l| l.0))
+            .or(kind.layouts.first().map(|l| l.slices[0].0))
             .unwrap();
         let score = host.score(&Want::new(first, 1)).unwrap();
         assert!(score.feasible, "{name}: {first} is not feasible");

@@ -15,16 +15,24 @@ use placement_peer::{admin_client, placement};
 use serde_json::json;
 use two_level::candidates::by_host;
 use two_level::classes::class_of;
-use two_level::fleet::{self, Fleet, HostKind, KINDS};
+use two_level::fleet::{self, Fleet, HostKind};
 use two_level::host::Vgpud;
 use two_level::scheduler::{Claimant, Outcome, Policy, Scheduler, gpu_address};
 use two_level::workload::{Offer, Want, wants};
 use uuid::Uuid;
 
 /// L4 hosts, quarter vGPUs (`nvidia-930`, four per GPU) on demand.
-const L4: &HostKind = &KINDS[4];
-/// H200 hosts, time-sliced quarter vGPUs on demand.
-const H200: &HostKind = &KINDS[2];
+const L4: &HostKind = &HostKind {
+    profile: "single-gpu",
+    on_demand: &["nvidia-930"],
+    layouts: &[],
+};
+/// H200 hosts, time-sliced quarter vGPUs (four per GPU) on demand.
+const H200: &HostKind = &HostKind {
+    profile: "hgx-h200",
+    on_demand: &["NVIDIA H200X-35C"],
+    layouts: &[],
+};
 
 fn claimant() -> Claimant {
     Claimant {
@@ -34,7 +42,8 @@ fn claimant() -> Claimant {
 }
 
 /// What the reporter would write for each host of `fleet`: the root, and per GPU its provider
-/// with `kind`'s first on-demand type the GPU offers, total = what could be created.
+/// with `kind`'s first on-demand type the GPU offers, total = what could be created (the
+/// kinds here declare no layouts).
 fn register_by_hand(client: &Client, fleet: &Fleet, kinds: &[&HostKind]) {
     for ((name, socket), kind) in fleet.hosts.iter().zip(kinds) {
         let host = Vgpud::new(socket).unwrap();
