@@ -20,3 +20,37 @@ BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev)
 # for the TLS listener, jq for the demo, prometheus (the server and promtool) for
 # tests/prometheus.
 TEST_PACKAGES=(dbus-daemon systemd openssl curl jq prometheus)
+
+# The venvs of the Python peers the Placement tests start (tests/placement, testkit::placement
+# and testkit::keystone): OpenStack Placement 16 and Keystone from PyPI, each served by gunicorn.
+# They live in the target directory unless VGPUD_PLACEMENT_VENV / VGPUD_KEYSTONE_VENV say
+# otherwise; an existing venv is kept (delete it to reinstall).
+PLACEMENT_PIP=('openstack-placement==16.0.0' gunicorn)
+KEYSTONE_PIP=('keystone==30.0.0' gunicorn)
+# The OpenStack client with osc-placement (scripts/placement-session), in a venv of its own so
+# that its dependencies do not move the libraries the test Placement runs with.
+OSC_PIP=(python-openstackclient osc-placement)
+
+# ensure_venv VENV PROGRAM PACKAGES...: makes a venv at VENV with the pip PACKAGES, unless
+# VENV/bin/PROGRAM exists.
+ensure_venv() {
+    local venv=$1 program=$2; shift 2
+    [ -x "$venv/bin/$program" ] && return 0
+    # Debian's python3 has no venv module (ensurepip) without python3-venv.
+    python3 -c 'import ensurepip' 2>/dev/null || ensure_packages python3-venv
+    echo "making the venv $venv: pip install $*" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "$@"
+}
+
+ensure_placement_venv() {
+    ensure_venv "${VGPUD_PLACEMENT_VENV:-${CARGO_TARGET_DIR:-target}/placement-venv}" gunicorn "${PLACEMENT_PIP[@]}"
+}
+
+ensure_keystone_venv() {
+    ensure_venv "${VGPUD_KEYSTONE_VENV:-${CARGO_TARGET_DIR:-target}/keystone-venv}" gunicorn "${KEYSTONE_PIP[@]}"
+}
+
+ensure_osc_venv() {
+    ensure_venv "${VGPUD_OSC_VENV:-${CARGO_TARGET_DIR:-target}/osc-venv}" openstack "${OSC_PIP[@]}"
+}

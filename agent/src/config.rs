@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod placement;
+
+pub use placement::{AUTH_STRATEGIES, INTERFACES, KeystoneConfig, MAX_ROOT_NAME, PlacementConfig};
+
 /// Where the configuration file lives by default.
 pub const DEFAULT_CONFIG: &str = "/etc/vgpud/vgpud.toml";
 
@@ -36,6 +40,8 @@ pub struct Config {
     pub libvirt: LibvirtConfig,
     /// GPU health: Xid classification, quarantine, recovery.
     pub health: HealthConfig,
+    /// Reporting this host to OpenStack Placement.
+    pub placement: PlacementConfig,
 }
 
 /// `[host]`.
@@ -175,6 +181,7 @@ impl Default for Config {
             dbus: DbusConfig::default(),
             libvirt: LibvirtConfig::default(),
             health: HealthConfig::default(),
+            placement: PlacementConfig::default(),
         }
     }
 }
@@ -364,6 +371,8 @@ impl Config {
             validate_tcp(tcp).map_err(|(key, reason)| invalid(key, reason))?;
         }
         validate_metrics(&self.metrics).map_err(|(key, reason)| invalid(key, reason))?;
+        placement::validate_placement(&self.placement)
+            .map_err(|(key, reason)| invalid(key, reason))?;
         Ok(())
     }
 
@@ -661,6 +670,137 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn placement_values_are_validated() {
+        let on = "[placement]\nenabled = true\nendpoint = \"http://c:8778\"\ntoken = \"admin\"\n";
+        parse(on).unwrap();
+        let cases = [
+            ("[placement]\nauth = \"basic\"", "placement.auth"),
+            ("[placement]\ntimeout_ms = 0", "placement.timeout_ms"),
+            (
+                "[placement]\nsync_interval_s = 0",
+                "placement.sync_interval_s",
+            ),
+            ("[placement]\ndebounce_ms = 0", "placement.debounce_ms"),
+            ("[placement]\nheal_grace_s = 0", "placement.heal_grace_s"),
+            (
+                "[placement]\nendpoint = \"controller:8778\"",
+                "placement.endpoint",
+            ),
+            (
+                "[placement]\ncompute_node = \" h\"",
+                "placement.compute_node",
+            ),
+            (
+                "[placement]\non_demand_types = [\"a\", \"a\"]",
+                "placement.on_demand_types",
+            ),
+            (
+                "[placement]\non_demand_types = [\"\"]",
+                "placement.on_demand_types",
+            ),
+            (
+                "[placement.resource_classes]\n\"3g.40gb\" = \"MIG_3G\"",
+                "placement.resource_classes",
+            ),
+            (
+                "[placement.resource_classes]\n\"3g.40gb\" = \"CUSTOM_mig\"",
+                "placement.resource_classes",
+            ),
+            (
+                "[placement]\ndefault_type = \"a\"\n[placement.resource_classes]\na = \"CUSTOM_A\"",
+                "placement.resource_classes",
+            ),
+            (
+                "[placement]\ntoken_file = \"/nonexistent/t\"",
+                "placement.token_file",
+            ),
+            ("[placement]\nca_file = \"ca.pem\"", "placement.ca_file"),
+            (
+                "[placement.keystone]\ninterface = \"private\"",
+                "placement.keystone.interface",
+            ),
+            (
+                "[placement]\nenabled = true\ntoken = \"admin\"",
+                "placement.endpoint",
+            ),
+            (
+                "[placement]\nenabled = true\nendpoint = \"http://c:8778\"",
+                "placement.token",
+            ),
+            (
+                "[placement]\nenabled = true\nendpoint = \"http://c:8778\"\nauth = \"token\"",
+                "placement.token",
+            ),
+            (
+                "[placement]\nenabled = true\nauth = \"keystone\"",
+                "placement.keystone.auth_url",
+            ),
+            (
+                "[placement]\nenabled = true\nauth = \"keystone\"\n[placement.keystone]\n\
+                 auth_url = \"https://k:5000/v3\"\nusername = \"vgpud\"\nproject_name = \"service\"",
+                "placement.keystone.password",
+            ),
+        ];
+        for (text, key) in cases {
+            match parse(text) {
+                Err(ConfigError::Invalid { key: k, reason, .. }) => {
+                    assert_eq!(k, key, "{text}");
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // Unknown keys are refused in the subsections too.
+        let e = parse("[placement.keystone]\npasword = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pasword") && e.contains("line 2"), "{e}");
+        // A disabled section may be half written; the endpoint's remedy is given when enabled.
+        parse("[placement]\nauth = \"keystone\"").unwrap();
+        let e = parse("[placement]\nenabled = true\ntoken = \"admin\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http://controller:8778"), "{e}");
+    }
+
+    #[test]
+    fn keystone_from_the_catalog_needs_no_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("password");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let text = format!(
+            "[placement]\nenabled = true\nauth = \"keystone\"\n[placement.keystone]\n\
+             auth_url = \"https://k:5000/v3\"\nusername = \"vgpud\"\nproject_name = \"service\"\n\
+             password_file = \"{}\"\n",
+            secret.display()
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.placement.keystone.interface, "internal");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        match parse(&text) {
+            Err(ConfigError::Invalid { key, .. }) => {
+                assert_eq!(key, "placement.keystone.password_file")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_are_not_printed() {
+        let mut c = Config::default();
+        c.placement.token = "admin".into();
+        c.placement.keystone.password = "hunter2".into();
+        let text = toml::to_string(&c).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("\"admin\""),
+            "{text}"
+        );
+        assert!(text.contains("<redacted>"), "{text}");
     }
 
     #[test]

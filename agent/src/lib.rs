@@ -12,6 +12,7 @@ pub mod engine;
 pub mod health;
 pub mod metrics;
 pub mod pinning;
+pub mod placement;
 pub mod service;
 pub mod subject_rule;
 pub mod telemetry;

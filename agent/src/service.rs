@@ -27,6 +27,9 @@ use crate::health::{Health, HealthSettings};
 use crate::metrics::failure_reason;
 use crate::metrics::process::ProcessStats;
 use crate::pinning::{Pinner, PinningConfig, VmLinks};
+use crate::placement::consumer::{ConsumerCheck, ConsumerVerdict};
+use crate::placement::reporter::Reporter;
+use crate::placement::status::PlacementStatus;
 use crate::telemetry::TelemetryCache;
 
 /// Result of a service call; errors carry stable machine codes ([`EngineError::code`]).
@@ -41,6 +44,8 @@ pub struct ServiceOptions {
     pub pinning: Option<PinningConfig>,
     /// Xid classification, quiet period, reset before release.
     pub health: HealthSettings,
+    /// The OpenStack Placement reporter, when `[placement] enabled`; the daemon runs its loop.
+    pub placement: Option<Arc<Reporter>>,
 }
 
 impl ServiceOptions {
@@ -51,6 +56,7 @@ impl ServiceOptions {
             policy: policy_named(&config.scheduler.policy)?,
             pinning: PinningConfig::from_config(config)?,
             health: HealthSettings::from_config(&config.health),
+            placement: None,
         })
     }
 }
@@ -82,6 +88,8 @@ pub struct Service {
     apply_slot: Arc<ApplySlot>,
     telemetry: Arc<TelemetryCache>,
     health: Arc<Health>,
+    consumer_check: Option<Arc<dyn ConsumerCheck>>,
+    placement: Option<Arc<Reporter>>,
 }
 
 impl Service {
@@ -100,7 +108,20 @@ impl Service {
             links: Arc::default(),
             apply_slot: Arc::default(),
             telemetry: Arc::default(),
+            // The reporter knows this host's providers: it checks consumers against them.
+            consumer_check: options
+                .placement
+                .clone()
+                .map(|r| r as Arc<dyn ConsumerCheck>),
+            placement: options.placement,
         }
+    }
+
+    /// Checks allocation requests that name a Placement consumer with `check` (the daemon sets
+    /// it when Placement reporting is on).
+    pub fn with_consumer_check(mut self, check: Arc<dyn ConsumerCheck>) -> Self {
+        self.consumer_check = Some(check);
+        self
     }
 
     /// The engine underneath (for the daemon's own housekeeping: reconcile loop, shutdown).
@@ -120,8 +141,19 @@ impl Service {
             &self.telemetry.latest(),
             self.engine.metrics(),
             &ProcessStats::current(),
+            self.placement_status().as_ref(),
             SystemTime::now(),
         )
+    }
+
+    /// The Placement reporter, when reporting is on.
+    pub fn placement_reporter(&self) -> Option<&Arc<Reporter>> {
+        self.placement.as_ref()
+    }
+
+    /// How the host stands with OpenStack Placement; `None` when reporting is off.
+    pub fn placement_status(&self) -> Option<PlacementStatus> {
+        self.placement.as_ref().map(|r| r.status())
     }
 
     /// The placement policy in force.
@@ -227,6 +259,7 @@ impl Service {
     /// [`Service::allocate`] without the counting; records how long the request waited for
     /// the VM planning lock and libvirt before the engine started on it.
     fn allocate_timed(&self, req: AllocationRequest, received: Instant) -> Result<Allocation> {
+        let only_gpu = self.placement_gpu(&req)?;
         let inventory = self.engine.inventory();
         // CPUs are accounted from the domains' pins: two VMs planned at once would both see
         // the same CPUs free.
@@ -246,6 +279,7 @@ impl Service {
             vcpus: vm.as_ref().map(|v| v.vcpus()),
             memory_mib: vm.as_ref().map(|v| v.memory_mib()),
             reserved_cpus: self.reserved_cpus(),
+            only_gpu,
         };
         self.engine.metrics().allocation_waited(received.elapsed());
         match (&self.pinner, vm) {
@@ -263,6 +297,42 @@ impl Service {
                     .allocate_with(req, &scheduling, Some(&mut finish))
             }
             _ => self.engine.allocate_with(req, &scheduling, None),
+        }
+    }
+
+    /// The GPU the request's Placement consumer holds its allocation on, when a check is set
+    /// and the request names a consumer. A mismatch or an unreachable Placement refuses the
+    /// request under strict checking (nothing allocated), else is warned about and the request
+    /// is allocated as asked; each check is counted by outcome.
+    fn placement_gpu(&self, req: &AllocationRequest) -> Result<Option<PciAddress>> {
+        let (Some(consumer), Some(check)) = (req.placement_consumer, &self.consumer_check) else {
+            return Ok(None);
+        };
+        let metrics = self.engine.metrics();
+        match check.check(consumer, &req.request) {
+            Ok(None) => Ok(None),
+            Ok(Some(ConsumerVerdict::Matches { gpu })) => {
+                metrics.placement_consumer_checked("match");
+                Ok(Some(gpu))
+            }
+            Ok(Some(ConsumerVerdict::Mismatch(why))) => {
+                metrics.placement_consumer_checked("mismatch");
+                let why = format!("Placement consumer {consumer}: {why}");
+                if check.strict() {
+                    return Err(EngineError::PlacementMismatch(why));
+                }
+                tracing::warn!(consumer = %req.consumer, reason = %why, "allocating as asked although Placement holds no matching allocation (strict_consumers is off)");
+                Ok(None)
+            }
+            Err(e) => {
+                metrics.placement_consumer_checked("unavailable");
+                let why = format!("cannot read Placement consumer {consumer}'s allocations: {e}");
+                if check.strict() {
+                    return Err(EngineError::PlacementUnavailable(why));
+                }
+                tracing::warn!(consumer = %req.consumer, reason = %why, "allocating as asked without Placement's word (strict_consumers is off)");
+                Ok(None)
+            }
         }
     }
 

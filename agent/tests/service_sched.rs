@@ -29,6 +29,7 @@ fn alloc(s: &Service, consumer: &str, t: &str) -> Vec<Slice> {
             consumer: consumer.into(),
             vm: None,
             request: SliceRequest::new(t, 1),
+            placement_consumer: None,
         })
         .unwrap();
     a.slices.iter().map(|id| s.slice(*id).unwrap()).collect()
@@ -74,6 +75,7 @@ fn several_slices_pack_and_an_explicit_gpu_is_kept() {
             consumer: "vm".into(),
             vm: None,
             request: SliceRequest::new("3g.40gb", 2),
+            placement_consumer: None,
         })
         .unwrap();
     let gpus: Vec<_> = a
@@ -89,6 +91,7 @@ fn several_slices_pack_and_an_explicit_gpu_is_kept() {
             consumer: "pinned".into(),
             vm: None,
             request: req,
+            placement_consumer: None,
         })
         .unwrap();
     assert_eq!(s.slice(b.slices[0]).unwrap().spec.gpu, addr("0000:bd:00.0"));
@@ -118,6 +121,7 @@ fn required_numa_without_room_is_refused_and_nothing_is_made() {
             consumer: "big".into(),
             vm: None,
             request: req.clone(),
+            placement_consumer: None,
         })
         .unwrap_err();
     assert_eq!(err.code(), "no_capacity", "{err}");
@@ -131,6 +135,7 @@ fn required_numa_without_room_is_refused_and_nothing_is_made() {
         consumer: "ok".into(),
         vm: None,
         request: req,
+        placement_consumer: None,
     })
     .unwrap();
 }

@@ -19,8 +19,8 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_request`, `not_found`, `conflict`, `no_capacity`,
-    /// `quarantined`, `busy`, `unsupported`, `host_error`, `timeout`, `store_error`, `libvirt_unavailable`
-    /// (from the engine) and `bad_json`, `unsupported_media_type`, `payload_too_large`,
+    /// `quarantined`, `busy`, `unsupported`, `host_error`, `timeout`, `store_error`, `libvirt_unavailable`,
+    /// `placement_mismatch`, `placement_unavailable` (from the engine) and `bad_json`, `unsupported_media_type`, `payload_too_large`,
     /// `unauthenticated`, `forbidden`, `precondition_failed`, `method_not_allowed`, `internal`
     /// (from the REST layer).
     #[schema(example = "not_found")]
@@ -195,14 +195,16 @@ pub fn engine_status(e: &EngineError) -> StatusCode {
     match e {
         EngineError::NotFound(_) => StatusCode::NOT_FOUND,
         EngineError::InvalidRequest(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        EngineError::Conflict(_) | EngineError::Busy(_) => StatusCode::CONFLICT,
+        EngineError::Conflict(_) | EngineError::Busy(_) | EngineError::PlacementMismatch(_) => {
+            StatusCode::CONFLICT
+        }
         EngineError::NoCapacity(_) | EngineError::Quarantined(_) => StatusCode::CONFLICT,
         EngineError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
         EngineError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         EngineError::Host { .. } => StatusCode::BAD_GATEWAY,
-        EngineError::Store(_) | EngineError::LibvirtUnavailable(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        EngineError::Store(_)
+        | EngineError::LibvirtUnavailable(_)
+        | EngineError::PlacementUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
@@ -269,6 +271,16 @@ mod tests {
             (EngineError::NoCapacity("x".into()), 409, "no_capacity"),
             (EngineError::Quarantined("x".into()), 409, "quarantined"),
             (EngineError::Unsupported("x".into()), 422, "unsupported"),
+            (
+                EngineError::PlacementMismatch("x".into()),
+                409,
+                "placement_mismatch",
+            ),
+            (
+                EngineError::PlacementUnavailable("x".into()),
+                503,
+                "placement_unavailable",
+            ),
         ];
         for (e, status, code) in cases {
             let api = ApiError::from(e);

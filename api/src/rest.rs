@@ -24,6 +24,7 @@ mod import;
 mod metrics;
 mod openapi;
 mod operations;
+mod placement;
 mod request_metrics;
 mod routes;
 mod serve;

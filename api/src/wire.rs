@@ -14,6 +14,7 @@ pub mod health;
 pub mod import;
 pub mod inventory;
 pub mod layouts;
+pub mod placement;
 pub mod slices;
 
 use std::str::FromStr;

@@ -728,6 +728,7 @@ async fn a_removed_gpu_and_its_return_are_signalled_with_its_slices() {
             consumer: "nova".into(),
             vm: None,
             request: agent::engine::SliceRequest::new("3g.40gb", 1),
+            placement_consumer: None,
         })
     })
     .await

@@ -81,6 +81,18 @@ fn cases(existing_slice: &str, existing_alloc: &str) -> Vec<Case> {
         a,
         alloc(json!({"type": "1g.10gb", "idempotency_key": "k"})),
     ));
+    for bad in [
+        json!("nova-instance-1"),
+        json!(42),
+        json!("00000000-0000-0000-0000-000000000000"),
+    ] {
+        c.push(json_case(
+            &format!("alloc: placement_consumer {bad}"),
+            "POST",
+            a,
+            json!({"consumer": "c", "placement_consumer": bad, "request": {"type": "1g.10gb"}}),
+        ));
+    }
     c.push(json_case(
         "slice: unknown top field",
         "POST",

@@ -558,3 +558,79 @@ async fn mutations_need_an_identified_caller() {
     assert_eq!(write.error_code(), "unauthenticated");
     assert!(service.allocations().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_consumer_is_checked_as_a_uuid_and_comes_back_in_the_answer() {
+    let rig = Rig::start("dgx-a100").await;
+    for bad in [
+        json!("not-a-uuid"),
+        json!("6f3b9a3e2c4d4e5f8a9b0c1d2e3f4a5b"),
+        json!("00000000-0000-0000-0000-000000000000"),
+        json!(""),
+    ] {
+        let r = rig
+            .post(
+                "/v1/allocations",
+                json!({"consumer": "nova", "placement_consumer": bad, "request": {"type": "1g.10gb"}}),
+            )
+            .await;
+        assert_eq!(r.status, 422, "{bad}: {}", r.text());
+        assert_eq!(r.error_code(), "invalid_request");
+        assert!(
+            r.json()["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("placement_consumer: "),
+            "{}",
+            r.text()
+        );
+    }
+    let wrong_type = rig
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "nova", "placement_consumer": 7, "request": {"type": "1g.10gb"}}),
+        )
+        .await;
+    assert_eq!(wrong_type.status, 422, "{}", wrong_type.text());
+    assert!(
+        rig.get("/v1/allocations")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // Any case in, Placement's lower-case spelling out, and kept.
+    let made = rig
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "nova", "placement_consumer": "6F3B9A3E-2C4D-4E5F-8A9B-0C1D2E3F4A5B",
+                   "request": {"type": "1g.10gb"}}),
+        )
+        .await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let alloc = made.json();
+    assert_eq!(
+        alloc["placement_consumer"],
+        "6f3b9a3e-2c4d-4e5f-8a9b-0c1d2e3f4a5b"
+    );
+    let id = alloc["id"].as_str().unwrap();
+    assert_eq!(
+        rig.get(&format!("/v1/allocations/{id}")).await.json(),
+        alloc
+    );
+    // Without one, the field is absent.
+    let plain = rig
+        .post(
+            "/v1/allocations",
+            json!({"consumer": "nova", "request": {"type": "1g.10gb"}}),
+        )
+        .await;
+    assert_eq!(plain.status, 201, "{}", plain.text());
+    assert!(
+        plain.json().get("placement_consumer").is_none(),
+        "{}",
+        plain.text()
+    );
+}

@@ -145,6 +145,7 @@ fn host(case: &Case, dir: &std::path::Path) -> anyhow::Result<(SimHost, Service)
                     consumer: format!("tenant-{}", n % 4),
                     vm: Some(format!("vm-{}-{n}", g.pci_address)),
                     request,
+                    placement_consumer: None,
                 })
                 .with_context(|| format!("slice {n} on {}", g.pci_address))?;
         }

@@ -42,6 +42,15 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+// By hand: the session holds credentials, and the agent nothing worth printing.
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.inner.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     agent: ureq::Agent,
     session: Session,
@@ -555,6 +564,32 @@ mod tests {
         assert!(err.is_unavailable(), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         drop(listener);
+    }
+
+    #[test]
+    fn a_server_sending_too_much_is_cut_off() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let hostile = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request);
+            let huge = BODY_LIMIT + 1024 * 1024;
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {huge}\r\n\r\n[");
+            let _ = conn.write_all(head.as_bytes());
+            let chunk = vec![b' '; 64 * 1024];
+            // Until the client hangs up.
+            while conn.write_all(&chunk).is_ok() {}
+        });
+        let mut cfg = config(Some(&url), admin());
+        cfg.timeout = Duration::from_secs(30);
+        let err = Client::new(cfg).unwrap().provider_named("x").unwrap_err();
+        assert!(
+            matches!(&err, Error::BadResponse(m) if m.contains("larger than 16 MiB")),
+            "{err:?}"
+        );
+        hostile.join().unwrap();
     }
 
     #[test]

@@ -62,6 +62,7 @@ pub fn request(consumer: &str, t: &str, gpu: Option<&str>) -> AllocationRequest 
             vcpus: None,
             memory_mib: None,
         },
+        placement_consumer: None,
     }
 }
 
@@ -129,6 +130,7 @@ pub fn vm_request(consumer: &str, vm: &str, t: &str, policy: NumaPolicy) -> Allo
         consumer: consumer.into(),
         vm: Some(vm.into()),
         request: r,
+        placement_consumer: None,
     }
 }
 

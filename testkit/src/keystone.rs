@@ -109,11 +109,15 @@ impl KeystonePeer {
         self.service.log()
     }
 
-    /// How many tokens were asked for so far (`POST /v3/auth/tokens` in the access log).
-    pub fn tokens_issued(&self) -> usize {
+    /// How many tokens were issued so far to clients whose User-Agent contains `agent`
+    /// (`POST /v3/auth/tokens` answered 201 in the access log; Placement's middleware and the
+    /// harness's admin calls get tokens too).
+    pub fn tokens_issued_to(&self, agent: &str) -> usize {
         self.log()
             .lines()
-            .filter(|l| l.contains("\"POST /v3/auth/tokens") && l.contains("\" 201 "))
+            .filter(|l| {
+                l.contains("\"POST /v3/auth/tokens") && l.contains("\" 201 ") && l.contains(agent)
+            })
             .count()
     }
 
@@ -144,13 +148,44 @@ impl KeystonePeer {
         Ok(())
     }
 
-    /// Revokes every token of the admin user issued so far (disabling a user revokes its
-    /// tokens), then enables it again.
-    pub fn revoke_admin_tokens(&self) -> anyhow::Result<()> {
-        let users = self.admin("GET", "/users?name=admin", None)?;
+    /// A user `name` in domain Default with the admin role in project `admin` (the role
+    /// Placement's policy asks for).
+    pub fn create_admin_user(&self, name: &str, password: &str) -> anyhow::Result<()> {
+        let user = self.admin(
+            "POST",
+            "/users",
+            Some(&serde_json::json!({"user": {
+                "name": name, "password": password, "domain_id": "default"}})),
+        )?;
+        let user = user["user"]["id"]
+            .as_str()
+            .context("no user id")?
+            .to_owned();
+        let project = self.admin("GET", "/projects?name=admin", None)?;
+        let project = project["projects"][0]["id"]
+            .as_str()
+            .context("no admin project")?
+            .to_owned();
+        let role = self.admin("GET", "/roles?name=admin", None)?;
+        let role = role["roles"][0]["id"]
+            .as_str()
+            .context("no admin role")?
+            .to_owned();
+        self.admin(
+            "PUT",
+            &format!("/projects/{project}/users/{user}/roles/{role}"),
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// Revokes every token of user `name` issued so far (disabling a user revokes its tokens),
+    /// then enables it again.
+    pub fn revoke_tokens_of(&self, name: &str) -> anyhow::Result<()> {
+        let users = self.admin("GET", &format!("/users?name={name}"), None)?;
         let id = users["users"][0]["id"]
             .as_str()
-            .context("no admin user")?
+            .with_context(|| format!("no user {name}"))?
             .to_owned();
         let path = format!("/users/{id}");
         let set = |enabled: bool| {

@@ -128,6 +128,10 @@ pub enum AllocCommand {
         /// Retry-safe: the same key (and consumer) returns the same allocation.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The OpenStack Placement consumer (a UUID) whose allocation on this host the request
+        /// answers: vgpud allocates on the GPU Placement allocated.
+        #[arg(long, value_name = "UUID")]
+        placement_consumer: Option<String>,
         /// What to allocate.
         #[command(flatten)]
         request: RequestArgs,

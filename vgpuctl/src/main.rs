@@ -52,7 +52,14 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
     let client = Client::new(&cli.socket);
     let json = cli.json;
     match &cli.command {
-        Command::Host => show(json, client.get("/v1/host").await?, host_text),
+        Command::Host => {
+            let mut host = client.get("/v1/host").await?;
+            // A daemon older than the Placement reporter has no such route: the host alone.
+            if let Ok(placement) = client.get("/v1/placement").await {
+                host["placement"] = placement;
+            }
+            show(json, host, host_text)
+        }
         Command::Gpus => show(json, client.get("/v1/gpus").await?, gpus_text),
         Command::Gpu {
             action: Some(GpuCommand::Quarantine { address, reason }),
@@ -114,9 +121,14 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             consumer,
             vm,
             idempotency_key,
+            placement_consumer,
             request,
         }) => {
-            let body = json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
+            let mut body =
+                json!({"consumer": consumer, "vm": vm, "request": request_json(request)});
+            if let Some(p) = placement_consumer {
+                body["placement_consumer"] = json!(p);
+            }
             let headers: Vec<(&str, &str)> = idempotency_key
                 .iter()
                 .map(|k| ("idempotency-key", k.as_str()))
@@ -338,6 +350,55 @@ fn host_text(h: &Value) -> String {
     out.push_str(&nodes.render());
     out.push('\n');
     out.push_str(&gpus_text(&h["gpus"]));
+    out.push_str(&placement_text(&h["placement"]));
+    out
+}
+
+/// The Placement reporter's standing, when it reports: in sync, or since when not and why.
+fn placement_text(p: &Value) -> String {
+    if p["enabled"] != true {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nplacement  {} (compute node {} {}), {} GPU providers\n",
+        cell(&p["endpoint"]),
+        cell(&p["root_name"]),
+        cell(&p["root_uuid"]),
+        cell(&p["gpu_providers"]),
+    );
+    if p["in_sync"] == true {
+        out.push_str(&format!(
+            "           in sync, last sync {}\n",
+            cell(&p["last_success"])
+        ));
+    } else {
+        out.push_str(&format!(
+            "           OUT OF SYNC since {}: {}\n",
+            cell(&p["pending_since"]),
+            p["last_error"]
+                .as_str()
+                .unwrap_or("changes not reported yet")
+        ));
+    }
+    let differences = [
+        (
+            "missing_in_placement",
+            "allocations Placement does not hold",
+        ),
+        (
+            "unknown_to_vgpud",
+            "Placement consumers vgpud does not know",
+        ),
+        ("amount_mismatch", "allocations whose amounts differ"),
+    ];
+    for (key, what) in differences {
+        if p[key].as_u64().unwrap_or(0) > 0 {
+            out.push_str(&format!("           {} {what}\n", cell(&p[key])));
+        }
+    }
+    for w in p["warnings"].as_array().into_iter().flatten() {
+        out.push_str(&format!("           warning: {}\n", cell(w)));
+    }
     out
 }
 
@@ -427,6 +488,7 @@ fn allocations_text(allocs: &Value) -> String {
         "ALLOCATION",
         "CONSUMER",
         "VM",
+        "PLACEMENT",
         "SLICE",
         "GPU",
         "TYPE",
@@ -439,6 +501,7 @@ fn allocations_text(allocs: &Value) -> String {
                 cell(&a["id"]),
                 cell(&a["consumer"]),
                 cell(&a["vm"]),
+                cell(&a["placement_consumer"]),
                 cell(&s["id"]),
                 cell(&s["gpu"]),
                 cell(&s["type"]),

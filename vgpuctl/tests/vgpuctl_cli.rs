@@ -172,6 +172,56 @@ async fn inventory_allocate_list_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alloc_carries_a_placement_consumer() {
+    let s = serve("dgx-a100").await;
+    let instance = "9b3e2f1a-0c4d-4e5f-8a6b-7c8d9e0f1a2b";
+    let made = vgpuctl(
+        &s.socket,
+        &[
+            "alloc",
+            "create",
+            "--consumer",
+            "nova",
+            "--type",
+            "1g.10gb",
+            "--placement-consumer",
+            instance,
+        ],
+    )
+    .await;
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let lines: Vec<&str> = made.stdout.lines().collect();
+    assert!(lines[0].contains("PLACEMENT"), "{}", made.stdout);
+    let id = lines[1].split_whitespace().next().unwrap().to_owned();
+    let show = vgpuctl(&s.socket, &["alloc", "show", &id]).await;
+    assert!(show.stdout.contains(instance), "{}", show.stdout);
+    let json = vgpuctl(&s.socket, &["--json", "alloc", "show", &id]).await;
+    assert_eq!(json.json()["placement_consumer"], instance);
+    // The server checks it, as for every front end.
+    let bad = vgpuctl(
+        &s.socket,
+        &[
+            "alloc",
+            "create",
+            "--consumer",
+            "nova",
+            "--type",
+            "1g.10gb",
+            "--placement-consumer",
+            "instance-1",
+        ],
+    )
+    .await;
+    assert_eq!(bad.code, 1);
+    assert!(
+        bad.stderr.contains("invalid_request (422)"),
+        "{}",
+        bad.stderr
+    );
+    assert!(bad.stderr.contains("placement_consumer"), "{}", bad.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slices_layouts_score_and_events() {
     let s = serve("dgx-a100").await;
     let made = vgpuctl(

@@ -110,6 +110,7 @@ fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<(Service, Dev
         // of the simulated topology, so pinning sees the NUMA nodes the scheduler sees.
         hostwire::pin_to_test_host(&mut options, &engine.inventory(), &engine.state_dir());
     }
+    options.placement = crate::daemon_placement::reporter(config, &engine)?;
     let service = Service::with_options(engine, options);
     if let Some(uri) = service.libvirt_uri() {
         info!("VM pinning through libvirt at {uri}");
@@ -269,6 +270,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     let health = crate::daemon_health::spawn(&service, &stop_rx);
+    let placement = crate::daemon_placement::start(&service, &stop_rx);
 
     let outcome = loop {
         tokio::select! {
@@ -292,6 +294,9 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
         error!("the reconcile loop failed: {e}");
     }
     health.join().await;
+    if let Some(placement) = placement {
+        placement.join().await;
+    }
     if let Some(pinger) = pinger {
         pinger.abort();
     }

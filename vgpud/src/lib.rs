@@ -10,5 +10,6 @@ mod daemon_health;
 mod daemon_hotplug;
 mod daemon_listen;
 mod daemon_metrics;
+mod daemon_placement;
 mod daemon_systemd;
 pub mod state_cmd;

@@ -41,6 +41,7 @@ fn make_slices(state: &Path) -> Vec<String> {
         consumer: "nova".into(),
         vm: None,
         request: serde_json::from_str(r#"{"type":"nvidia-222","count":1}"#).unwrap(),
+        placement_consumer: None,
     })
     .unwrap();
     uuids

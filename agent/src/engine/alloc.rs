@@ -48,7 +48,8 @@ impl Engine {
         if let Some(existing) = self.by_key(&req)? {
             return Ok(existing);
         }
-        let specs = self.in_service(candidates(self.host(), &r.slice_type, r.gpu)?)?;
+        let gpu = r.gpu.or(scheduling.only_gpu);
+        let specs = self.in_service(candidates(self.host(), &r.slice_type, gpu)?)?;
         let mut picked = Vec::new();
         let mut created = Vec::new();
         let gathered = self.gather_scheduled(&req, &specs, scheduling, &mut picked, &mut created);
@@ -62,7 +63,7 @@ impl Engine {
             created: now(),
             pinning: None,
             request: Some(r.recorded()),
-            placement_consumer: None,
+            placement_consumer: req.placement_consumer,
         };
         let finished = gathered.and_then(|()| match finish {
             Some(f) => f(&alloc).map(|p| alloc.pinning = p),
@@ -85,8 +86,8 @@ impl Engine {
     }
 
     /// The allocation an earlier attempt with the same key made, if any. The key stands for
-    /// one request: the same key with any other field (VM, GPU, type, count, NUMA policy,
-    /// vCPUs, memory) is a `conflict`, never the first request's allocation.
+    /// one request: the same key with any other field (VM, Placement consumer, GPU, type,
+    /// count, NUMA policy, vCPUs, memory) is a `conflict`, never the first request's allocation.
     fn by_key(&self, req: &AllocationRequest) -> Result<Option<Allocation>> {
         let Some(key) = &req.request.idempotency_key else {
             return Ok(None);
@@ -176,7 +177,7 @@ impl Engine {
 /// say only their type and size.
 fn same_request(a: &Allocation, req: &AllocationRequest) -> bool {
     let r = &req.request;
-    if a.vm != req.vm {
+    if a.vm != req.vm || a.placement_consumer != req.placement_consumer {
         return false;
     }
     match &a.request {

@@ -44,6 +44,7 @@ impl Engine {
             consumer: "vgpud:dry-run".into(),
             vm: None,
             request: request.clone(),
+            placement_consumer: None,
         };
         Ok((view, ask, alloc))
     }

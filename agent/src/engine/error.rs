@@ -68,6 +68,14 @@ pub enum EngineError {
     /// libvirt cannot be reached (libvirtd down or restarting); nothing was changed.
     #[error("libvirt is unavailable: {0}")]
     LibvirtUnavailable(String),
+    /// The request's Placement consumer holds no allocation on this host that matches it, and
+    /// consumers are checked strictly: nothing was allocated.
+    #[error("placement mismatch: {0}")]
+    PlacementMismatch(String),
+    /// Placement could not be asked what the request's consumer holds, and consumers are
+    /// checked strictly: nothing was allocated.
+    #[error("placement is unavailable: {0}")]
+    PlacementUnavailable(String),
 }
 
 impl EngineError {
@@ -85,6 +93,8 @@ impl EngineError {
             EngineError::Store(_) => "store_error",
             EngineError::Quarantined(_) => "quarantined",
             EngineError::LibvirtUnavailable(_) => "libvirt_unavailable",
+            EngineError::PlacementMismatch(_) => "placement_mismatch",
+            EngineError::PlacementUnavailable(_) => "placement_unavailable",
         }
     }
 

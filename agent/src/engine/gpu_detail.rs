@@ -42,6 +42,11 @@ pub(super) fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, Slice
             let spec = specs.into_iter().next()?;
             Some((n, spec.kind))
         })
+        // Offering VFs amdgpu cannot make would promise slices that creating refuses (and
+        // Placement would hand them out).
+        .filter(|(_, kind)| {
+            *kind != SliceKind::SriovVf || super::vfs::makes_vfs(engine.host(), g.pci_address)
+        })
         .collect()
 }
 

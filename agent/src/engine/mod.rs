@@ -35,6 +35,7 @@ mod marks;
 mod mig_geometry;
 pub mod model;
 mod ops;
+mod placement_view;
 mod presence;
 mod quarantine;
 pub mod quarantine_record;

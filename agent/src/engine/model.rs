@@ -687,6 +687,10 @@ pub struct AllocationRequest {
     pub vm: Option<String>,
     /// What to allocate.
     pub request: SliceRequest,
+    /// The OpenStack Placement consumer whose allocation this request answers (two-level
+    /// scheduling): the service checks Placement holds a matching allocation on this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_consumer: Option<uuid::Uuid>,
 }
 
 /// Slices held by a consumer.

@@ -26,6 +26,13 @@ fn amd_for<'a>(host: &'a TimedHost, dev: &vfio::PciDevice) -> Option<&'a dyn gpu
     amd.num_vf(dev.address).ok().map(|_| amd)
 }
 
+/// Whether vgpud can enable VFs on `gpu`: on an AMD GPU only GIM's host AMD SMI makes them
+/// (bare-metal amdgpu has no `sriov_configure`), so one without it offers no VF slices.
+pub(crate) fn makes_vfs(host: &TimedHost, gpu: PciAddress) -> bool {
+    host.gpu(gpu)
+        .is_ok_and(|dev| dev.vendor != PciVendorId::AMD || amd_for(host, &dev).is_some())
+}
+
 /// How many VFs to enable: what the AMD partition mode supports, else `sriov_totalvfs`.
 pub(crate) fn target_count(host: &TimedHost, dev: &vfio::PciDevice) -> u32 {
     if let Some(amd) = amd_for(host, dev)

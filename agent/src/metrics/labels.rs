@@ -10,7 +10,10 @@ pub fn failure_reason(e: &EngineError) -> &'static str {
         EngineError::Quarantined(_) => "quarantined",
         EngineError::NoCapacity(_) | EngineError::Busy(_) => "no_capacity",
         EngineError::InvalidRequest(_) | EngineError::Unsupported(_) => "invalid",
-        EngineError::Conflict(_) => "conflict",
+        // A Placement consumer that holds something else is a conflict with Placement's view;
+        // Placement down is vgpud's side failing (each counted by outcome in
+        // `vgpud_placement_consumer_checks_total` too).
+        EngineError::Conflict(_) | EngineError::PlacementMismatch(_) => "conflict",
         EngineError::NotFound(_) => "not_found",
         EngineError::Timeout { .. } => "timeout",
         EngineError::Host {
@@ -20,8 +23,9 @@ pub fn failure_reason(e: &EngineError) -> &'static str {
             amd_status: Some(_),
             ..
         } => "vendor",
-        EngineError::Host { .. } | EngineError::Store(_) | EngineError::LibvirtUnavailable(_) => {
-            "internal"
-        }
+        EngineError::Host { .. }
+        | EngineError::Store(_)
+        | EngineError::LibvirtUnavailable(_)
+        | EngineError::PlacementUnavailable(_) => "internal",
     }
 }

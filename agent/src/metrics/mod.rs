@@ -6,6 +6,7 @@
 //! it. [`render`] turns it and the telemetry cache's latest snapshot into OpenMetrics text.
 
 mod labels;
+mod placement;
 pub mod process;
 pub mod render;
 
@@ -47,6 +48,7 @@ pub struct Metrics {
     api_request_duration: HistogramFamily,
     telemetry_poll_duration: Histogram,
     telemetry_errors: Family<Labels, Counter>,
+    placement_consumer_checks: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -66,6 +68,7 @@ impl Default for Metrics {
             api_request_duration: family(),
             telemetry_poll_duration: latency_histogram(),
             telemetry_errors: Family::default(),
+            placement_consumer_checks: Family::default(),
         }
     }
 }
@@ -167,6 +170,14 @@ impl Metrics {
             .inc();
     }
 
+    /// One check of an allocation request's Placement consumer: `match`, `mismatch` or
+    /// `unavailable` (Placement could not be read).
+    pub fn placement_consumer_checked(&self, outcome: &str) {
+        self.placement_consumer_checks
+            .get_or_create(&labels(&[("outcome", outcome)]))
+            .inc();
+    }
+
     /// Registers every counter and histogram (shared, not copied) in `registry`.
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -233,6 +244,11 @@ impl Metrics {
             "vgpud_telemetry_errors",
             "Telemetry readings of a GPU that failed or timed out",
             self.telemetry_errors.clone(),
+        );
+        registry.register(
+            "vgpud_placement_consumer_checks",
+            "Checks of allocation requests' Placement consumers by outcome",
+            self.placement_consumer_checks.clone(),
         );
     }
 }

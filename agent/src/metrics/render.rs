@@ -18,6 +18,7 @@ use prometheus_client::registry::Registry;
 use super::process::ProcessStats;
 use super::{Labels, Metrics};
 use crate::health::view::HealthState;
+use crate::placement::status::PlacementStatus;
 use crate::telemetry::{GpuSnapshot, TelemetrySnapshot};
 
 /// The OpenMetrics content type `/metrics` is served with.
@@ -27,7 +28,7 @@ type IntRows = Vec<(Labels, i64)>;
 type FloatRows = Vec<(Labels, f64)>;
 
 /// A gauge family with one sample per row (no sample at all when `rows` is empty).
-fn int_gauge(registry: &mut Registry, name: &str, help: &str, rows: IntRows) {
+pub(super) fn int_gauge(registry: &mut Registry, name: &str, help: &str, rows: IntRows) {
     let family = Family::<Labels, Gauge>::default();
     for (labels, v) in rows {
         family.get_or_create(&labels).set(v);
@@ -35,7 +36,7 @@ fn int_gauge(registry: &mut Registry, name: &str, help: &str, rows: IntRows) {
     registry.register(name, help, family);
 }
 
-fn float_gauge(registry: &mut Registry, name: &str, help: &str, rows: FloatRows) {
+pub(super) fn float_gauge(registry: &mut Registry, name: &str, help: &str, rows: FloatRows) {
     let family = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     for (labels, v) in rows {
         family.get_or_create(&labels).set(v);
@@ -43,7 +44,7 @@ fn float_gauge(registry: &mut Registry, name: &str, help: &str, rows: FloatRows)
     registry.register(name, help, family);
 }
 
-fn pairs(p: &[(&str, &str)]) -> Labels {
+pub(super) fn pairs(p: &[(&str, &str)]) -> Labels {
     p.iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
@@ -71,6 +72,7 @@ pub fn render(
     snapshot: &TelemetrySnapshot,
     metrics: &Metrics,
     process: &ProcessStats,
+    placement: Option<&PlacementStatus>,
     now: SystemTime,
 ) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
@@ -81,6 +83,7 @@ pub fn render(
     staleness_families(&mut registry, snapshot, now);
     metrics.register(&mut registry);
     process_families(&mut registry, process);
+    super::placement::placement_families(&mut registry, placement, now);
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)

@@ -188,10 +188,13 @@ pub fn allocation_request(
         .transpose()?;
     let vcpus = options.u32("vcpus")?;
     let memory_mib = options.u64("memory_mib")?;
-    options.finish("vm, gpu, idempotency_key, numa_policy, vcpus, memory_mib")?;
+    let placement_consumer = options.string("placement_consumer")?;
+    options
+        .finish("vm, gpu, idempotency_key, numa_policy, vcpus, memory_mib, placement_consumer")?;
     let request = AllocationRequest {
         consumer,
         vm,
+        placement_consumer,
         request: SliceRequest {
             slice_type,
             count,
@@ -367,9 +370,17 @@ mod tests {
                 ("numa_policy", Variant::from("required")),
                 ("vcpus", Variant::from(8u32)),
                 ("memory_mib", Variant::from(4096u32)),
+                (
+                    "placement_consumer",
+                    Variant::from("6F3B9A3E-2C4D-4E5F-8A9B-0C1D2E3F4A5B"),
+                ),
             ]),
         )
         .unwrap();
+        assert_eq!(
+            req.placement_consumer.map(|c| c.to_string()).as_deref(),
+            Some("6f3b9a3e-2c4d-4e5f-8a9b-0c1d2e3f4a5b")
+        );
         assert_eq!(req.vm.as_deref(), Some("vm-1"));
         assert_eq!(req.request.count, 2);
         assert_eq!(req.request.gpu, Some("0000:07:00.0".parse().unwrap()));
@@ -384,6 +395,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message().contains("numa_policy"), "{e}");
+        for bad in [
+            "vm-1",
+            "6f3b9a3e2c4d4e5f8a9b0c1d2e3f4a5b",
+            "00000000-0000-0000-0000-000000000000",
+        ] {
+            let e = allocation_request(
+                "nova".into(),
+                "1g.10gb".into(),
+                1,
+                opts(&[("placement_consumer", Variant::from(bad))]),
+            )
+            .unwrap_err();
+            assert_eq!(e.error_name(), "io.vgpud.Agent1.Error.InvalidRequest");
+            assert!(e.message().contains("placement_consumer"), "{bad}: {e}");
+        }
         let e = allocation_request(
             "nova".into(),
             "1g.10gb".into(),

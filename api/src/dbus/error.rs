@@ -36,6 +36,14 @@ const ENGINE_NAMES: &[(&str, &str)] = &[
         "libvirt_unavailable",
         "io.vgpud.Agent1.Error.LibvirtUnavailable",
     ),
+    (
+        "placement_mismatch",
+        "io.vgpud.Agent1.Error.PlacementMismatch",
+    ),
+    (
+        "placement_unavailable",
+        "io.vgpud.Agent1.Error.PlacementUnavailable",
+    ),
 ];
 
 /// The error name for an engine code; a code this table does not know yet (added to the engine
@@ -169,6 +177,8 @@ mod tests {
                 after: std::time::Duration::from_millis(5),
             },
             EngineError::LibvirtUnavailable("no socket".into()),
+            EngineError::PlacementMismatch("x".into()),
+            EngineError::PlacementUnavailable("x".into()),
         ];
         let mut names: Vec<&str> = errors
             .into_iter()
@@ -186,10 +196,10 @@ mod tests {
         for n in &names {
             assert!(ErrorName::try_from(*n).is_ok(), "{n}");
         }
-        let mut unique = names[..9].to_vec();
+        let mut unique = names[..11].to_vec();
         unique.sort();
         unique.dedup();
-        assert_eq!(unique.len(), 9, "{names:?}");
+        assert_eq!(unique.len(), 11, "{names:?}");
         assert_eq!(
             error_name_for_code("no_capacity"),
             "io.vgpud.Agent1.Error.NoCapacity"

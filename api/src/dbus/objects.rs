@@ -201,8 +201,9 @@ impl ManagerObject {
 
     /// Allocates `count` slices of `type` (a MIG profile, mdev type id, vGPU type name or id,
     /// `vf` or `gpu`) to `consumer`, creating them if needed. Options: `vm`, `gpu` (a PCI
-    /// address), `idempotency_key`, `numa_policy` (`required`, `preferred`, `none`) (all s),
-    /// `vcpus` (u), `memory_mib` (t or u). Returns the allocation id and the slice objects.
+    /// address), `idempotency_key`, `numa_policy` (`required`, `preferred`, `none`),
+    /// `placement_consumer` (a UUID) (all s), `vcpus` (u), `memory_mib` (t or u). Returns the
+    /// allocation id and the slice objects.
     /// Needs `io.vgpud.manage`.
     #[zbus(out_args("allocation", "slices"))]
     async fn allocate(

@@ -40,6 +40,7 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(list_allocations, create_allocation))
         .routes(routes!(get_allocation, release_allocation))
         .routes(routes!(placement_score))
+        .routes(routes!(super::placement::get_placement))
         .routes(routes!(get_layouts, put_layouts))
         .routes(routes!(super::import::import_layouts))
         .routes(routes!(get_operation))
@@ -259,12 +260,12 @@ async fn list_allocations(State(st): State<AppState>) -> Result<Json<Vec<Allocat
         (status = 400, description = "Malformed JSON or header", body = ErrorBody),
         (status = 401, description = "The connection carries no identity", body = ErrorBody),
         (status = 404, description = "No such GPU", body = ErrorBody),
-        (status = 409, description = "No capacity, busy, every candidate GPU quarantined (code `quarantined`, naming since when and why), or the key was used for another request", body = ErrorBody),
+        (status = 409, description = "No capacity, busy, every candidate GPU quarantined (code `quarantined`, naming since when and why), the key was used for another request, or the Placement consumer holds no matching allocation here (code `placement_mismatch`, strict consumers)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
-        (status = 422, description = "Invalid, or no GPU offers the type", body = ErrorBody),
+        (status = 422, description = "Invalid (a `placement_consumer` that is not a UUID too), or no GPU offers the type", body = ErrorBody),
         (status = 502, description = "The kernel or a vendor library refused", body = ErrorBody),
-        (status = 503, description = "The state store failed", body = ErrorBody),
+        (status = 503, description = "The state store failed, libvirt is unavailable, or Placement could not be asked about the consumer (code `placement_unavailable`, strict consumers)", body = ErrorBody),
         (status = 504, description = "A vendor call timed out", body = ErrorBody)))]
 async fn create_allocation(
     State(st): State<AppState>,

@@ -462,8 +462,35 @@ pub struct AllocationRequest {
         pattern = r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u206F\uFEFF\uFFF9-\uFFFB\uDB40]+$"
     )]
     pub vm: Option<String>,
+    /// The OpenStack Placement consumer whose allocation on this host the request answers
+    /// (two-level scheduling): a UUID, hyphenated. With Placement reporting on, the slices go
+    /// to the GPU whose provider holds the consumer's allocation of the type's class and count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
+    pub placement_consumer: Option<String>,
     /// What to allocate.
     pub request: SliceRequest,
+}
+
+/// A Placement consumer UUID as a request writes it: hyphenated (any case), not nil.
+pub fn parse_placement_consumer(field: &str, text: &str) -> Result<uuid::Uuid, ApiError> {
+    let shown: String = text.chars().take(64).collect();
+    let parsed = uuid::Uuid::try_parse(text)
+        .ok()
+        .filter(|_| text.len() == 36)
+        .ok_or_else(|| {
+            ApiError::Unprocessable(format!(
+                "{field}: {shown:?} is not a UUID: write it hyphenated, as Placement does (e.g. 6f3b9a3e-2c4d-4e5f-8a9b-0c1d2e3f4a5b)"
+            ))
+        })?;
+    if parsed.is_nil() {
+        return Err(ApiError::Unprocessable(format!(
+            "{field}: the nil UUID names no Placement consumer"
+        )));
+    }
+    Ok(parsed)
 }
 
 impl AllocationRequest {
@@ -477,10 +504,16 @@ impl AllocationRequest {
         if let Some(vm) = &self.vm {
             check_text("vm", vm)?;
         }
+        let placement_consumer = self
+            .placement_consumer
+            .as_deref()
+            .map(|c| parse_placement_consumer("placement_consumer", c))
+            .transpose()?;
         Ok(engine::AllocationRequest {
             consumer: self.consumer.clone(),
             vm: self.vm.clone(),
             request: self.request.to_engine("request.", idempotency_key)?,
+            placement_consumer,
         })
     }
 }
@@ -541,6 +574,9 @@ pub struct Allocation {
     pub slice_type: Option<String>,
     /// The slices it holds.
     pub slices: Vec<AllocatedSlice>,
+    /// The OpenStack Placement consumer whose allocation it answers, when the request named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_consumer: Option<String>,
     /// The VM pinning applied, when the allocation names a VM and pinning is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<VmPinning>,
@@ -576,6 +612,7 @@ impl Allocation {
             vm: a.vm.clone(),
             slice_type: a.slice_type.clone(),
             slices: held,
+            placement_consumer: a.placement_consumer.map(|c| c.hyphenated().to_string()),
             pinning: a.pinning.as_ref().map(VmPinning::from),
             created: a.created,
         }

@@ -181,6 +181,7 @@ fn step(engine: &Engine, ops: &Ops, rng: &mut Rng, out: &mut impl Write) -> Opti
                         vcpus: None,
                         memory_mib: None,
                     },
+                    placement_consumer: None,
                 })
                 .ok()?;
             let slices: Vec<String> = a.slices.iter().map(ToString::to_string).collect();

@@ -42,6 +42,7 @@ fn create_mdev(engine: &Engine, fs: &dyn Sysfs, r: &mut Report) -> serde_json::V
         consumer: MDEV_CONSUMER.into(),
         vm: None,
         request: SliceRequest::new(MDEV_TYPE, 1),
+        placement_consumer: None,
     };
     let made = engine
         .allocate(req)
