@@ -10,6 +10,8 @@ use placement::model::{AllocationRequest, ConsumerAllocations, ProviderAllocatio
 use placement::{Client, Error};
 use uuid::Uuid;
 
+use agent::placement::names::gpu_of_provider;
+
 use crate::candidates::{HostCandidates, by_host};
 use crate::host::{Refusal, Vgpud};
 use crate::workload::Want;
@@ -205,7 +207,7 @@ impl Scheduler {
             }
             Err(e) => return Err(e).context("claiming in Placement"),
         }
-        let gpu = self.single_gpu(&attempt.request)?;
+        let gpu = self.single_gpu(&attempt.host, &attempt.request)?;
         let host = self
             .hosts
             .get(&attempt.host)
@@ -251,7 +253,7 @@ impl Scheduler {
             let mut requests = host.requests;
             let mut keyed = Vec::with_capacity(requests.len());
             for r in requests.drain(..) {
-                let matches = self.gpus_of(&r)? == sorted(&score.gpus);
+                let matches = self.gpus_of(&name, &r)? == sorted(&score.gpus);
                 keyed.push((!matches, r));
             }
             keyed.sort_by_key(|(k, _)| *k);
@@ -294,8 +296,12 @@ impl Scheduler {
     }
 
     /// The GPU of a one-provider candidate (vgpud is told to use the GPU Placement chose).
-    fn single_gpu(&mut self, request: &AllocationRequest) -> anyhow::Result<Option<String>> {
-        let gpus = self.gpus_of(request)?;
+    fn single_gpu(
+        &mut self,
+        root: &str,
+        request: &AllocationRequest,
+    ) -> anyhow::Result<Option<String>> {
+        let gpus = self.gpus_of(root, request)?;
         Ok(match gpus.as_slice() {
             [one] => Some(one.clone()),
             _ => None,
@@ -303,11 +309,11 @@ impl Scheduler {
     }
 
     /// The PCI addresses of a candidate's GPU providers, sorted.
-    fn gpus_of(&mut self, request: &AllocationRequest) -> anyhow::Result<Vec<String>> {
+    fn gpus_of(&mut self, root: &str, request: &AllocationRequest) -> anyhow::Result<Vec<String>> {
         let mut out = Vec::new();
         for rp in request.allocations.keys() {
-            if let Some(address) = gpu_address(&self.name(*rp)?) {
-                out.push(address);
+            if let Some(address) = gpu_of_provider(root, &self.name(*rp)?) {
+                out.push(address.to_string());
             }
         }
         out.sort();
@@ -346,34 +352,4 @@ fn sorted(v: &[String]) -> Vec<String> {
     v.sort();
     v.dedup();
     v
-}
-
-/// The PCI address in a GPU provider's name (`host1_pci_0000_84_00_0` → `0000:84:00.0`);
-/// `None` for a provider that is not a GPU's (the root, a NUMA node).
-pub fn gpu_address(provider_name: &str) -> Option<String> {
-    let (_, tail) = provider_name.rsplit_once("_pci_")?;
-    let parts: Vec<&str> = tail.split('_').collect();
-    match parts.as_slice() {
-        [d, b, s, f] => Some(format!("{d}:{b}:{s}.{f}")),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gpu_address;
-
-    #[test]
-    fn gpu_provider_names_give_their_pci_address() {
-        assert_eq!(
-            gpu_address("host1_pci_0000_84_00_0").as_deref(),
-            Some("0000:84:00.0")
-        );
-        assert_eq!(
-            gpu_address("fleet-host-03_pci_0000_b7_00_0").as_deref(),
-            Some("0000:b7:00.0")
-        );
-        assert_eq!(gpu_address("host1_numa_0"), None);
-        assert_eq!(gpu_address("host1"), None);
-    }
 }

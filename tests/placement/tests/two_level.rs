@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use agent::placement::names::gpu_provider;
 use placement::{Client, Inventory};
 use placement_peer::{admin_client, placement};
 use serde_json::json;
@@ -17,7 +18,7 @@ use two_level::candidates::by_host;
 use two_level::classes::class_of;
 use two_level::fleet::{self, Fleet, HostKind};
 use two_level::host::Vgpud;
-use two_level::scheduler::{Claimant, Outcome, Policy, Scheduler, gpu_address};
+use two_level::scheduler::{Claimant, Outcome, Policy, Scheduler};
 use two_level::workload::{Offer, Want, wants};
 use uuid::Uuid;
 
@@ -66,8 +67,7 @@ fn register_by_hand(client: &Client, fleet: &Fleet, kinds: &[&HostKind]) {
             if creatable == 0 {
                 continue;
             }
-            let rp_name = format!("{name}_pci_{}", address.replace([':', '.'], "_"));
-            assert_eq!(gpu_address(&rp_name).as_deref(), Some(address));
+            let rp_name = gpu_provider(name, address.parse().unwrap());
             let rp = client
                 .create_provider(&rp_name, None, Some(root.uuid))
                 .unwrap();
