@@ -6,7 +6,6 @@
 mod host;
 mod latency;
 mod mix;
-mod openb;
 mod replay;
 mod scrape;
 
@@ -14,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use bench::openb;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 

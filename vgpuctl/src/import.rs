@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::cli::ImportArgs;
-use crate::client::{Client, Failure};
 use crate::table::{Table, cell};
+use vgpuctl::client::{Client, Failure};
 
 /// The largest mig-parted config the server takes, characters (`wire::import::MAX_CONFIG_CHARS`).
 const MAX_CONFIG_CHARS: u64 = 256 * 1024;

@@ -5,7 +5,6 @@
 //! 2 usage error, 3 cannot connect.
 
 mod cli;
-mod client;
 mod import;
 mod table;
 
@@ -17,8 +16,8 @@ use clap::{CommandFactory, Parser};
 use serde_json::{Value, json};
 
 use cli::{AllocCommand, Cli, Command, GpuCommand, LayoutsCommand, RequestArgs, SliceCommand};
-use client::{Client, Failure};
 use table::{Table, cell};
+use vgpuctl::client::{Client, Failure};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
