@@ -259,7 +259,7 @@ impl Service {
     /// [`Service::allocate`] without the counting; records how long the request waited for
     /// the VM planning lock and libvirt before the engine started on it.
     fn allocate_timed(&self, req: AllocationRequest, received: Instant) -> Result<Allocation> {
-        let only_gpu = self.placement_gpu(&req)?;
+        let placement_gpus = self.placement_gpus(&req)?;
         let inventory = self.engine.inventory();
         // CPUs are accounted from the domains' pins: two VMs planned at once would both see
         // the same CPUs free.
@@ -279,7 +279,7 @@ impl Service {
             vcpus: vm.as_ref().map(|v| v.vcpus()),
             memory_mib: vm.as_ref().map(|v| v.memory_mib()),
             reserved_cpus: self.reserved_cpus(),
-            only_gpu,
+            placement_gpus,
         };
         self.engine.metrics().allocation_waited(received.elapsed());
         match (&self.pinner, vm) {
@@ -304,16 +304,16 @@ impl Service {
     /// and the request names a consumer. A mismatch or an unreachable Placement refuses the
     /// request under strict checking (nothing allocated), else is warned about and the request
     /// is allocated as asked; each check is counted by outcome.
-    fn placement_gpu(&self, req: &AllocationRequest) -> Result<Option<PciAddress>> {
+    fn placement_gpus(&self, req: &AllocationRequest) -> Result<Vec<(PciAddress, u32)>> {
         let (Some(consumer), Some(check)) = (req.placement_consumer, &self.consumer_check) else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let metrics = self.engine.metrics();
         match check.check(consumer, &req.request) {
-            Ok(None) => Ok(None),
-            Ok(Some(ConsumerVerdict::Matches { gpu })) => {
+            Ok(None) => Ok(Vec::new()),
+            Ok(Some(ConsumerVerdict::Matches { gpus })) => {
                 metrics.placement_consumer_checked("match");
-                Ok(Some(gpu))
+                Ok(gpus)
             }
             Ok(Some(ConsumerVerdict::Mismatch(why))) => {
                 metrics.placement_consumer_checked("mismatch");
@@ -322,7 +322,7 @@ impl Service {
                     return Err(EngineError::PlacementMismatch(why));
                 }
                 tracing::warn!(consumer = %req.consumer, reason = %why, "allocating as asked although Placement holds no matching allocation (strict_consumers is off)");
-                Ok(None)
+                Ok(Vec::new())
             }
             Err(e) => {
                 metrics.placement_consumer_checked("unavailable");
@@ -331,7 +331,7 @@ impl Service {
                     return Err(EngineError::PlacementUnavailable(why));
                 }
                 tracing::warn!(consumer = %req.consumer, reason = %why, "allocating as asked without Placement's word (strict_consumers is off)");
-                Ok(None)
+                Ok(Vec::new())
             }
         }
     }

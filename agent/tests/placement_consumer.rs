@@ -283,3 +283,22 @@ fn a_retry_with_the_key_is_the_same_request_only_with_the_same_consumer() {
     }
     assert_eq!(s.allocations().len(), 1);
 }
+
+#[test]
+fn an_allocation_placement_split_over_two_gpus_is_made_on_both() {
+    // `resources_A=CUSTOM_MIG_3G_40GB:1&resources_B=CUSTOM_MIG_3G_40GB:1&group_policy=isolate`:
+    // one slice on each GPU, where the scheduler alone would pack both on one.
+    let check = FixedPlacement::new(true);
+    check.holds(
+        INSTANCE,
+        &format!(
+            r#"{{"{PROV_FIRST}": {{"resources": {{"CUSTOM_MIG_3G_40GB": 1}}}},
+                "{PROV_LAST}": {{"resources": {{"CUSTOM_MIG_3G_40GB": 1}}}}}}"#
+        ),
+    );
+    let (_h, s, _dir) = checked(check);
+    let a = s.allocate(ask("3g.40gb", 2, Some(INSTANCE))).unwrap();
+    let mut on = gpus_of(&s, &a);
+    on.sort();
+    assert_eq!(on, vec![addr(GPU_FIRST), addr(GPU_LAST)]);
+}

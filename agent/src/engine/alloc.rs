@@ -48,11 +48,9 @@ impl Engine {
         if let Some(existing) = self.by_key(&req)? {
             return Ok(existing);
         }
-        let gpu = r.gpu.or(scheduling.only_gpu);
-        let specs = self.in_service(candidates(self.host(), &r.slice_type, gpu)?)?;
         let mut picked = Vec::new();
         let mut created = Vec::new();
-        let gathered = self.gather_scheduled(&req, &specs, scheduling, &mut picked, &mut created);
+        let gathered = self.gather_on(&req, scheduling, &mut picked, &mut created);
         let mut alloc = Allocation {
             id: AllocationId::new_random(),
             consumer: req.consumer.clone(),
@@ -204,4 +202,35 @@ fn check_request(req: &AllocationRequest) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+impl Engine {
+    /// Gathers the request's slices where the scheduler says or, when Placement chose GPUs for
+    /// it ([`Scheduling::placement_gpus`]), exactly that many on each of those GPUs, so the host
+    /// holds what Placement accounts for. All or nothing: the caller destroys `created` on error.
+    fn gather_on(
+        &self,
+        req: &AllocationRequest,
+        scheduling: &Scheduling,
+        picked: &mut Vec<SliceId>,
+        created: &mut Vec<SliceId>,
+    ) -> Result<()> {
+        let r = &req.request;
+        if scheduling.placement_gpus.is_empty() || r.gpu.is_some() {
+            let specs = self.in_service(candidates(self.host(), &r.slice_type, r.gpu)?)?;
+            return self.gather_scheduled(req, &specs, scheduling, picked, created);
+        }
+        for (gpu, count) in &scheduling.placement_gpus {
+            let specs = self.in_service(candidates(self.host(), &r.slice_type, Some(*gpu))?)?;
+            let mut part = req.clone();
+            part.request.count = *count;
+            part.request.gpu = Some(*gpu);
+            let (mut got, mut made) = (Vec::new(), Vec::new());
+            let outcome = self.gather_scheduled(&part, &specs, scheduling, &mut got, &mut made);
+            picked.append(&mut got);
+            created.append(&mut made);
+            outcome?;
+        }
+        Ok(())
+    }
 }

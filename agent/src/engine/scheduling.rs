@@ -36,11 +36,12 @@ pub struct Scheduling {
     pub vcpus: Option<u32>,
     /// The VM's memory in MiB when the request does not say.
     pub memory_mib: Option<u64>,
-    /// Only this GPU, chosen for the request rather than by it (the GPU whose Placement
-    /// provider holds the request's consumer's allocation). Unlike the request's own `gpu` it
-    /// is not recorded as asked, so a retry with the same idempotency key is the same request
-    /// whether or not Placement answers it.
-    pub only_gpu: Option<ids::PciAddress>,
+    /// Exactly these GPUs, that many slices on each, chosen for the request rather than by it
+    /// (the GPUs whose Placement providers hold the request's consumer's allocation); empty:
+    /// wherever the scheduler says. Unlike the request's own `gpu` they are not recorded as
+    /// asked, so a retry with the same idempotency key is the same request whether or not
+    /// Placement answers it.
+    pub placement_gpus: Vec<(ids::PciAddress, u32)>,
 }
 
 /// The scheduler's request for slice `index` of an allocation, each slice asking for `slice`

@@ -86,10 +86,11 @@ impl ProviderMap {
 /// What a consumer's Placement allocation says of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsumerVerdict {
-    /// The consumer holds the request's type and count on this GPU: allocate there.
+    /// The consumer holds the request's type and count on these GPUs: allocate there, that
+    /// many on each (a request of several groups, `group_policy=isolate`, spans GPUs).
     Matches {
-        /// The GPU whose provider holds the allocation.
-        gpu: PciAddress,
+        /// Each GPU whose provider holds part of the allocation, with how many slices.
+        gpus: Vec<(PciAddress, u32)>,
     },
     /// It does not; why, for the operator and the caller.
     Mismatch(String),
@@ -127,30 +128,22 @@ pub fn judge(
             describe(&here)
         ));
     }
-    let exact: Vec<&&HeldOnGpu<'_>> = of_type
-        .iter()
-        .filter(|h| h.amount == request.count)
-        .collect();
-    match (exact.as_slice(), request.gpu) {
-        ([], _) => ConsumerVerdict::Mismatch(format!(
+    let held: u32 = of_type.iter().map(|h| h.amount).sum();
+    if held != request.count {
+        return ConsumerVerdict::Mismatch(format!(
             "the Placement consumer holds {} of type {wanted:?} on this host; the request asks for {}",
             describe_refs(&of_type),
             request.count
-        )),
-        (found, Some(asked)) => match found.iter().find(|h| h.gpu == asked) {
-            Some(h) => ConsumerVerdict::Matches { gpu: h.gpu },
-            None => ConsumerVerdict::Mismatch(format!(
-                "the request names GPU {asked}, but the Placement consumer's allocation of {} {wanted:?} is on {}",
-                request.count,
-                gpus(found)
-            )),
-        },
-        ([one], None) => ConsumerVerdict::Matches { gpu: one.gpu },
-        (several, None) => ConsumerVerdict::Mismatch(format!(
-            "the Placement consumer holds {} {wanted:?} on each of {}: name the GPU in the request",
+        ));
+    }
+    let on: Vec<(PciAddress, u32)> = of_type.iter().map(|h| (h.gpu, h.amount)).collect();
+    match request.gpu {
+        Some(asked) if on.iter().any(|(g, _)| *g != asked) => ConsumerVerdict::Mismatch(format!(
+            "the request names GPU {asked}, but the Placement consumer's allocation of {} {wanted:?} is on {}",
             request.count,
-            gpus(several)
+            gpus(&of_type)
         )),
+        _ => ConsumerVerdict::Matches { gpus: on },
     }
 }
 
@@ -183,7 +176,7 @@ fn describe_refs(held: &[&HeldOnGpu<'_>]) -> String {
         .join(", ")
 }
 
-fn gpus(held: &[&&HeldOnGpu<'_>]) -> String {
+fn gpus(held: &[&HeldOnGpu<'_>]) -> String {
     held.iter()
         .map(|h| h.gpu.to_string())
         .collect::<Vec<_>>()
@@ -265,12 +258,16 @@ mod tests {
         ));
         assert_eq!(
             judge(&map(), &h, &ask("3g.40gb", 2, None)),
-            ConsumerVerdict::Matches { gpu: pci(GPU_B) }
+            ConsumerVerdict::Matches {
+                gpus: vec![(pci(GPU_B), 2)]
+            }
         );
         // The type as a request may spell it, with blanks around.
         assert_eq!(
             judge(&map(), &h, &ask(" 3g.40gb ", 2, Some(GPU_B))),
-            ConsumerVerdict::Matches { gpu: pci(GPU_B) }
+            ConsumerVerdict::Matches {
+                gpus: vec![(pci(GPU_B), 2)]
+            }
         );
     }
 
@@ -321,18 +318,24 @@ mod tests {
     }
 
     #[test]
-    fn the_same_allocation_on_two_gpus_needs_the_request_to_choose() {
-        // Two request groups (`resources1=…&resources2=…`) can land one class on two providers.
+    fn an_allocation_across_two_gpus_is_made_on_both() {
+        // Two request groups (`resources_A=…&resources_B=…&group_policy=isolate`) land one
+        // class on two providers: the allocation takes that many on each.
         let h = held(&format!(
             r#"{{"{PROV_A}": {{"resources": {{"CUSTOM_MIG_3G_40GB": 1}}}},
                 "{PROV_B}": {{"resources": {{"CUSTOM_MIG_3G_40GB": 1}}}}}}"#
         ));
+        let mut both = match judge(&map(), &h, &ask("3g.40gb", 2, None)) {
+            ConsumerVerdict::Matches { gpus } => gpus,
+            other => panic!("{other:?}"),
+        };
+        both.sort();
+        assert_eq!(both, vec![(pci(GPU_A), 1), (pci(GPU_B), 1)]);
+        // Fewer than Placement holds, or all of it on one named GPU, is not what was claimed.
         let why = mismatch(judge(&map(), &h, &ask("3g.40gb", 1, None)));
-        assert!(why.contains("name the GPU"), "{why}");
-        assert_eq!(
-            judge(&map(), &h, &ask("3g.40gb", 1, Some(GPU_A))),
-            ConsumerVerdict::Matches { gpu: pci(GPU_A) }
-        );
+        assert!(why.contains("asks for 1"), "{why}");
+        let why = mismatch(judge(&map(), &h, &ask("3g.40gb", 2, Some(GPU_A))));
+        assert!(why.contains("names GPU 0000:07:00.0"), "{why}");
     }
 
     #[test]

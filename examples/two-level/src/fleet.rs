@@ -286,6 +286,8 @@ pub struct Figures {
     pub placed: usize,
     /// vgpud refusals after Placement had taken the claim (goal 0).
     pub refused_after_yes: usize,
+    /// Those refusals by the vgpud's error code and message (what lagged or disagreed).
+    pub refusal_reasons: BTreeMap<String, usize>,
     /// Claims Placement refused.
     pub claim_conflicts: usize,
     /// Requests Placement had no candidate for.
@@ -335,6 +337,11 @@ pub fn place_workload_with(
         times.push(d.elapsed.as_secs_f64() * 1000.0);
         calls += u64::from(d.score_calls);
         f.refused_after_yes += d.refusals.len();
+        for (host, r) in &d.refusals {
+            *f.refusal_reasons
+                .entry(format!("{host}: {}: {}", r.code, r.message))
+                .or_default() += 1;
+        }
         f.claim_conflicts += d.claim_conflicts as usize;
         match d.outcome {
             Outcome::Placed { want, .. } => {
