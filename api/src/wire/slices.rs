@@ -706,13 +706,24 @@ impl From<&engine::VmPinning> for VmPinning {
     }
 }
 
+/// The nil UUID matches the id pattern the document declares, but the engine never makes one:
+/// in a path it names nothing (404), as any other unknown id does, rather than being refused
+/// as malformed.
+const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
+
 /// Parses a slice id from a path: canonical UUID only.
 pub fn slice_id(s: &str) -> Result<SliceId, ApiError> {
+    if s == NIL_UUID {
+        return Err(ApiError::NotFound(format!("no such slice {s}")));
+    }
     s.parse::<SliceId>().map_err(ApiError::invalid)
 }
 
 /// Parses an allocation id from a path: canonical UUID only.
 pub fn allocation_id(s: &str) -> Result<AllocationId, ApiError> {
+    if s == NIL_UUID {
+        return Err(ApiError::NotFound(format!("no such allocation {s}")));
+    }
     s.parse::<AllocationId>().map_err(ApiError::invalid)
 }
 
