@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -67,24 +67,12 @@ impl Daemon {
 
     /// One request; the status and the JSON body.
     fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-        let mut s = UnixStream::connect(&self.socket).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let body = body.unwrap_or("");
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let (status, head, body) = common::unix_request(&self.socket, method, path, body);
         assert!(
             !head.to_ascii_lowercase().contains("chunked"),
             "a chunked answer: {head}"
         );
-        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
     }
 
     /// Follows `/v1/events`: each event's data as JSON, on a channel.
