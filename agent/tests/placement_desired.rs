@@ -434,3 +434,71 @@ fn a_bare_metal_mi300x_host_reports_whole_gpus_not_vfs_amdgpu_cannot_make() {
     let t = tree(&s, &e);
     assert_eq!(units(&t, &first, "PGPU"), Some((1, 1)));
 }
+
+/// What Placement would still hand out for `class` on `address` while no allocation names a
+/// Placement consumer: total less reserved (slices held without a consumer are reserved).
+fn promised(t: &DesiredTree, address: &str, class: &str) -> u32 {
+    units(t, address, class).map_or(0, |(total, reserved)| total - reserved)
+}
+
+#[test]
+fn an_on_demand_vgpu_inventory_never_promises_a_slice_the_host_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_h, e) = sim_engine("hgx-h200", dir.path());
+    let s = settings(&e, &on_demand("\"NVIDIA H200X-70C\""));
+    let gpus: Vec<String> = e
+        .inventory()
+        .gpus
+        .iter()
+        .map(|g| g.pci_address.to_string())
+        .collect();
+    let class = "CUSTOM_NVIDIA_H200X_70C";
+    for g in &gpus {
+        let mut made = 0;
+        loop {
+            let t = tree(&s, &e);
+            let before = promised(&t, g, class);
+            let r = e.allocate(request(&format!("vm{made}"), "NVIDIA H200X-70C", Some(g)));
+            if before == 0 {
+                assert!(r.is_err(), "{g}: Placement said no, the host said yes");
+                break;
+            }
+            r.unwrap_or_else(|err| panic!("{g}: promised {before}, refused: {err}"));
+            made += 1;
+        }
+        assert!(made > 0, "{g}");
+    }
+}
+
+/// The sync reads what vgpud holds, then discovers the host: a slice made between the two
+/// reads is in neither the holdings nor, as free, the inventory, so it is promised nowhere.
+/// (Read the other way round, the inventory from before the slice showed its GPU free while
+/// the holdings from after counted it as held: one more than the host could make, and the
+/// two-level fleet's first-candidate claims met "bound to vfio-pci already" and "cannot take
+/// another vGPU".)
+#[test]
+fn a_slice_made_while_the_tree_is_read_is_never_promised_twice() {
+    for (config, ty, class) in [
+        ("\"gpu\"", "gpu", "PGPU"),
+        (
+            "\"NVIDIA H200X-70C\"",
+            "NVIDIA H200X-70C",
+            "CUSTOM_NVIDIA_H200X_70C",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_h, e) = sim_engine("hgx-h200", dir.path());
+        let s = settings(&e, &on_demand(config));
+        let first = e.inventory().gpus[0].pci_address.to_string();
+        let held = e.holdings();
+        let made = e.allocate(request("vm1", ty, Some(&first))).unwrap();
+        let facts = HostFacts::from_parts(&s, &e, held, e.inventory());
+        let t = desired_from(&s, &facts);
+        check_inventories(&t);
+        // Placement counts the new slice in its consumer's claim; what it may still hand out
+        // on this GPU must be what the host can still make.
+        let promised = units(&t, &first, class).map_or(0, |(total, reserved)| total - reserved);
+        assert_eq!(promised, creatable(&e, &first, ty), "{ty}: {t:?}");
+        e.release(made.id).unwrap();
+    }
+}

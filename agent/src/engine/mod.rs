@@ -63,6 +63,7 @@ pub use layout::{
     AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
 };
 pub use model::*;
+pub use placement_view::Holdings;
 pub use presence::DeviceChange;
 pub use quarantine::{Quarantined, check_reason};
 pub use reconcile::{ReconcileReport, StaleVmLink};

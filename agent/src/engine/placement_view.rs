@@ -9,8 +9,19 @@ use ids::PciAddress;
 use super::gpu_detail::{creatable, offered};
 use super::handle::Engine;
 use super::locks::lock;
-use super::model::{SliceId, SliceKind};
+use super::model::{Allocation, Slice, SliceId, SliceKind};
 use super::snapshot::Ownership;
+use super::state::Desired;
+
+/// The slices and allocations vgpud holds at one moment, with the ownership the scheduler
+/// counts against ([`Engine::holdings`]).
+pub struct Holdings {
+    /// Every owned slice (and those being created).
+    pub slices: Vec<Slice>,
+    /// Every allocation.
+    pub allocations: Vec<Allocation>,
+    own: Ownership,
+}
 
 impl Engine {
     /// The types `gpu` offers, as requests name them, with the kind each means there.
@@ -18,17 +29,31 @@ impl Engine {
         offered(self, gpu)
     }
 
-    /// How many more slices of `kind` fit on `gpu` now, given the slices vgpud owns (first fit,
-    /// each alone: what `creatable` of the capacity report says).
+    /// What vgpud holds now, from one read of its ledger. Read it before discovering the
+    /// host, so that the inventory is never older than it: an inventory from before a slice
+    /// was made, counted against ownership from after, shows the slice's GPU (or VF, or
+    /// framebuffer) still free, and Placement would be promised a slice the host then refuses
+    /// (seen in the two-level fleet: BENCHMARKS.md, "Placement fleet").
+    pub fn holdings(&self) -> Holdings {
+        let claims: HashSet<SliceId> = lock(&self.inner.claims).clone();
+        let d = self.read(Desired::clone);
+        Holdings {
+            slices: self.slices_in(&d),
+            allocations: d.allocations.values().cloned().collect(),
+            own: Ownership::of(&d, &claims),
+        }
+    }
+
+    /// How many more slices of `kind` fit on `gpu`, given what vgpud `held` (first fit, each
+    /// alone: what `creatable` of the capacity report says).
     pub(crate) fn creatable_now(
         &self,
         inventory: &inventory::HostInventory,
+        held: &Holdings,
         gpu: PciAddress,
         kind: &SliceKind,
     ) -> u32 {
-        let claims: HashSet<SliceId> = lock(&self.inner.claims).clone();
-        let own = self.read(|d| Ownership::of(d, &claims));
-        creatable(inventory, &own, gpu, kind)
+        creatable(inventory, &held.own, gpu, kind)
     }
 
     /// The GPUs a declared layout selects. When the layouts no longer check against the host

@@ -10,13 +10,17 @@ use super::state::{Desired, Intent, OwnedSlice};
 impl Engine {
     /// Every owned slice (and those being created), with host handles and state.
     pub fn slices(&self) -> Vec<Slice> {
-        let d = self.read(Desired::clone);
-        let mut out: Vec<Slice> = d.slices.values().map(|s| self.view(s, &d)).collect();
+        self.slices_in(&self.read(Desired::clone))
+    }
+
+    /// The slices of one read of the ledger.
+    pub(super) fn slices_in(&self, d: &Desired) -> Vec<Slice> {
+        let mut out: Vec<Slice> = d.slices.values().map(|s| self.view(s, d)).collect();
         for intent in d.intents.values() {
             if let Intent::Create { slice: Some(s), .. } = intent
                 && !d.slices.contains_key(&s.id)
             {
-                out.push(self.view(s, &d));
+                out.push(self.view(s, d));
             }
         }
         out.sort_by(|a, b| (&a.spec.gpu, a.id).cmp(&(&b.spec.gpu, b.id)));

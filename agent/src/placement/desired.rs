@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use ids::PciAddress;
 use placement::Inventory;
 
-use crate::engine::{Allocation, AllocationId, BackendKind, Engine, Slice, SliceKind, SliceState};
+use crate::engine::{
+    Allocation, AllocationId, BackendKind, Engine, Holdings, Slice, SliceKind, SliceState,
+};
 
 use super::names;
 use super::settings::PlacementSettings;
@@ -89,7 +91,18 @@ pub struct GpuFacts {
 impl HostFacts {
     /// Reads what the tree needs from `engine`.
     pub fn gather(settings: &PlacementSettings, engine: &Engine) -> Self {
-        let inventory = engine.inventory();
+        // Holdings first, then the host: see `Engine::holdings`.
+        let held = engine.holdings();
+        Self::from_parts(settings, engine, held, engine.inventory())
+    }
+
+    /// The facts from `held` and an `inventory` discovered after it.
+    pub fn from_parts(
+        settings: &PlacementSettings,
+        engine: &Engine,
+        held: Holdings,
+        inventory: inventory::HostInventory,
+    ) -> Self {
         let laid_out = engine.laid_out_gpus();
         let quarantined: BTreeSet<PciAddress> =
             engine.quarantines().into_iter().map(|q| q.gpu).collect();
@@ -103,7 +116,7 @@ impl HostFacts {
                     .then(|| first_on_demand(settings, &offered))
                     .flatten()
                     .map(|(name, kind)| {
-                        let n = engine.creatable_now(&inventory, g.pci_address, kind);
+                        let n = engine.creatable_now(&inventory, &held, g.pci_address, kind);
                         (name.to_owned(), n)
                     });
                 GpuFacts {
@@ -117,8 +130,8 @@ impl HostFacts {
             .collect();
         Self {
             gpus,
-            slices: engine.slices(),
-            allocations: engine.allocations(),
+            slices: held.slices,
+            allocations: held.allocations,
         }
     }
 }

@@ -140,6 +140,7 @@ impl Reporter {
         let started = SystemTime::now();
         let result = sync_once(
             &self.client,
+            &self.settings.root_name,
             &|| desired_tree(&self.settings, engine),
             self.settings.own_root,
         );

@@ -16,7 +16,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use ids::PciAddress;
-use placement::model::{Inventories, Inventory, Provider};
+use placement::model::{Inventory, Provider};
 use placement::{Client, Error};
 use uuid::Uuid;
 
@@ -68,35 +68,40 @@ pub enum SyncError {
     Contended(String),
 }
 
-/// Brings Placement's view of this host to `desired()`, recomputed after every conflict.
+/// Brings Placement's view of this host (under the compute node `root_name`) to `desired()`.
+///
+/// The tree is read first (each provider with its traits and inventories), then `desired()`
+/// computed once (it reads the engine: every GPU's capacity), then only what differs is
+/// written, each write with the generation read. A write that meets a newer generation
+/// re-reads that provider and recomputes `desired()` before retrying: the only case where the
+/// engine is asked again.
 pub fn sync_once(
     client: &Client,
+    root_name: &str,
     desired: &dyn Fn() -> DesiredTree,
     own_root: bool,
 ) -> Result<SyncOutcome, SyncError> {
-    let want = desired();
-    let mut out = SyncOutcome {
-        warnings: want.warnings.clone(),
-        ..SyncOutcome::default()
-    };
-    let root = find_root(client, &want.root_name, own_root, &mut out)?;
+    let mut out = SyncOutcome::default();
+    let root = find_root(client, root_name, own_root, &mut out)?;
     out.root = Some(root.uuid);
-    ensure_names(client, &want)?;
     let mut tree = Tree::read(client, root.uuid)?;
+    let want = desired();
+    out.warnings.clone_from(&want.warnings);
     let mut numa_parent = HashMap::new();
     for numa in &want.numa {
-        let parent = tree.ensure_under(client, &numa.name, root.uuid, &mut out)?;
-        if let Some(uuid) = parent {
-            write_traits(client, uuid, &numa.name, &mut out, &|| {
-                desired()
-                    .numa
-                    .into_iter()
-                    .find(|n| n.name == numa.name)
-                    .map(|n| n.traits)
-                    .unwrap_or_default()
-            })?;
-            numa_parent.insert(numa.node, uuid);
-        }
+        let Some(known) = tree.ensure_under(client, &numa.name, root.uuid, &mut out)? else {
+            continue;
+        };
+        numa_parent.insert(numa.node, known.provider.uuid);
+        let again = || {
+            desired()
+                .numa
+                .into_iter()
+                .find(|n| n.name == numa.name)
+                .map(|n| n.traits)
+                .unwrap_or_default()
+        };
+        converge_traits(client, known, &numa.traits, &again, &mut out)?;
     }
     for gpu in &want.gpus {
         let parent = match gpu.numa_node {
@@ -106,16 +111,15 @@ pub fn sync_once(
             },
             None => root.uuid,
         };
-        let Some(uuid) = tree.ensure_under(client, &gpu.name, parent, &mut out)? else {
+        let Some(known) = tree.ensure_under(client, &gpu.name, parent, &mut out)? else {
             continue;
         };
-        out.gpu_providers.insert(gpu.gpu, uuid);
+        out.gpu_providers.insert(gpu.gpu, known.provider.uuid);
         out.gpu_types.insert(gpu.gpu, gpu.types.clone());
-        let pick = |t: DesiredTree| t.gpus.into_iter().find(|g| g.gpu == gpu.gpu);
-        write_inventories(client, uuid, &gpu.name, &mut out, &|| pick(desired()))?;
-        write_traits(client, uuid, &gpu.name, &mut out, &|| {
-            pick(desired()).map(|g| g.traits).unwrap_or_default()
-        })?;
+        let again = || desired().gpus.into_iter().find(|g| g.gpu == gpu.gpu);
+        converge_inventories(client, known, gpu, &again, &mut out)?;
+        let again_traits = || again().map(|g| g.traits).unwrap_or_default();
+        converge_traits(client, known, &gpu.traits, &again_traits, &mut out)?;
     }
     remove_stale(client, &tree, &want, root.uuid, &mut out)?;
     Ok(out)
@@ -139,7 +143,7 @@ fn find_root(
     out.created += 1;
     tracing::info!(provider = %root.uuid, name, "created the compute node's resource provider ([placement] own_root)");
     let owned = [OWNER_TRAIT.to_owned()];
-    retry_conflicts(name, out, || {
+    retry_conflicts(name, out, |_| {
         let now = client.traits(root.uuid)?;
         let mut all: BTreeSet<String> = now.traits.into_iter().collect();
         all.extend(owned.iter().cloned());
@@ -150,46 +154,57 @@ fn find_root(
     Ok(root)
 }
 
-/// Custom traits and resource classes must exist before a provider may name them.
-fn ensure_names(client: &Client, want: &DesiredTree) -> Result<(), Error> {
-    let traits: BTreeSet<&String> = want
-        .gpus
-        .iter()
-        .flat_map(|g| &g.traits)
-        .chain(want.numa.iter().flat_map(|n| &n.traits))
-        .collect();
-    for t in traits.into_iter().filter(|t| t.starts_with("CUSTOM_")) {
-        client.ensure_trait(t)?;
-    }
-    let classes: BTreeSet<&String> = want
-        .gpus
-        .iter()
-        .flat_map(|g| g.inventories.keys())
-        .collect();
-    for c in classes {
-        client.ensure_resource_class(c)?;
-    }
-    Ok(())
+/// One of this host's providers as the pass last read or wrote it.
+struct Known {
+    provider: Provider,
+    /// It carries vgpud's owner trait.
+    owned: bool,
+    traits: BTreeSet<String>,
+    inventories: BTreeMap<String, Inventory>,
+    /// The generation the next write must carry.
+    generation: u64,
 }
 
-/// The providers of this host's tree, by name, with whether vgpud owns each.
+impl Known {
+    /// Reads `provider`'s traits and inventories. The generation kept is the first read's: a
+    /// writer that moved the provider between the two reads makes the next write conflict, and
+    /// that re-reads both.
+    fn read(client: &Client, provider: Provider) -> Result<Self, Error> {
+        let read = client.traits(provider.uuid)?;
+        let inventories = client.inventories(provider.uuid)?.inventories;
+        let traits: BTreeSet<String> = read.traits.into_iter().collect();
+        Ok(Self {
+            owned: traits.contains(OWNER_TRAIT),
+            generation: read.resource_provider_generation,
+            inventories,
+            traits,
+            provider,
+        })
+    }
+
+    /// Reads the provider's traits and inventories again, after another writer moved it.
+    fn refresh(&mut self, client: &Client) -> Result<(), Error> {
+        *self = Self::read(client, self.provider.clone())?;
+        Ok(())
+    }
+}
+
+/// The providers of this host's tree, by name.
 struct Tree {
-    by_name: BTreeMap<String, (Provider, bool)>,
+    by_name: BTreeMap<String, Known>,
 }
 
 impl Tree {
+    /// The tree under `root` with each provider's traits (which say whose it is) and
+    /// inventories.
     fn read(client: &Client, root: Uuid) -> Result<Self, Error> {
         let mut by_name = BTreeMap::new();
-        for p in client.tree(root)? {
-            if p.uuid == root {
+        for provider in client.tree(root)? {
+            if provider.uuid == root {
                 continue;
             }
-            let owned = client
-                .traits(p.uuid)?
-                .traits
-                .iter()
-                .any(|t| t == OWNER_TRAIT);
-            by_name.insert(p.name.clone(), (p, owned));
+            let known = Known::read(client, provider)?;
+            by_name.insert(known.provider.name.clone(), known);
         }
         Ok(Self { by_name })
     }
@@ -202,46 +217,67 @@ impl Tree {
         name: &str,
         parent: Uuid,
         out: &mut SyncOutcome,
-    ) -> Result<Option<Uuid>, SyncError> {
-        if let Some((p, owned)) = self.by_name.get(name) {
-            if !owned {
+    ) -> Result<Option<&mut Known>, SyncError> {
+        if let Some(k) = self.by_name.get(name) {
+            if !k.owned {
                 out.warnings.push(format!(
                     "resource provider {name} ({}) is not vgpud's (no {OWNER_TRAIT} trait): left alone",
-                    p.uuid
+                    k.provider.uuid
                 ));
                 return Ok(None);
             }
-            if p.parent_provider_uuid == Some(parent) {
-                return Ok(Some(p.uuid));
+            if k.provider.parent_provider_uuid != Some(parent) && !self.moved(client, name, out)? {
+                return Ok(self.by_name.get_mut(name));
             }
-            // The NUMA subtree setting changed: a provider moves by being made again, which
-            // Placement refuses while it holds allocations.
-            if !client.provider_allocations(p.uuid)?.allocations.is_empty() {
-                out.warnings.push(format!(
-                    "resource provider {name} has allocations: it stays under its old parent until they are released"
-                ));
-                return Ok(Some(p.uuid));
-            }
-            client.delete_provider(p.uuid)?;
-            out.deleted += 1;
         }
-        let made = client.create_provider(name, None, Some(parent))?;
-        out.created += 1;
-        let uuid = made.uuid;
-        self.by_name.insert(name.to_owned(), (made, true));
-        Ok(Some(uuid))
+        if !self.by_name.contains_key(name) {
+            let made = client.create_provider(name, None, Some(parent))?;
+            out.created += 1;
+            let known = Known {
+                owned: false, // until its first trait write carries the owner trait
+                traits: BTreeSet::new(),
+                inventories: BTreeMap::new(),
+                generation: made.generation,
+                provider: made,
+            };
+            self.by_name.insert(name.to_owned(), known);
+        }
+        Ok(self.by_name.get_mut(name))
+    }
+
+    /// Deletes `name` so it can be made again under its new parent (the NUMA subtree setting
+    /// changed); false, with a warning, while it holds allocations (Placement refuses then).
+    fn moved(&mut self, client: &Client, name: &str, out: &mut SyncOutcome) -> Result<bool, Error> {
+        let Some(k) = self.by_name.get(name) else {
+            return Ok(true);
+        };
+        if !client
+            .provider_allocations(k.provider.uuid)?
+            .allocations
+            .is_empty()
+        {
+            out.warnings.push(format!(
+                "resource provider {name} has allocations: it stays under its old parent until they are released"
+            ));
+            return Ok(false);
+        }
+        client.delete_provider(k.provider.uuid)?;
+        out.deleted += 1;
+        self.by_name.remove(name);
+        Ok(true)
     }
 }
 
-/// Runs `write` until it does not meet a newer generation, re-reading each time.
+/// Runs `write(attempt)` until it does not meet a newer generation; from the second attempt
+/// on, the write must re-read what it compares against.
 fn retry_conflicts(
     name: &str,
     out: &mut SyncOutcome,
-    mut write: impl FnMut() -> Result<(), Error>,
+    mut write: impl FnMut(u32) -> Result<(), Error>,
 ) -> Result<(), SyncError> {
     let mut wait = CONFLICT_BACKOFF;
-    for _ in 0..CONFLICT_ATTEMPTS {
-        match write() {
+    for attempt in 0..CONFLICT_ATTEMPTS {
+        match write(attempt) {
             Err(e) if e.is_generation_conflict() => {
                 out.conflicts += 1;
                 tracing::debug!(provider = name, "generation conflict; re-reading");
@@ -254,49 +290,62 @@ fn retry_conflicts(
     Err(SyncError::Contended(name.to_owned()))
 }
 
-/// Writes the GPU's inventories when they differ from what `desired` computes now.
-fn write_inventories(
+/// Writes the GPU's inventories when they differ from `first`; after a conflict, from what
+/// `again` computes then.
+fn converge_inventories(
     client: &Client,
-    uuid: Uuid,
-    name: &str,
+    known: &mut Known,
+    first: &DesiredGpu,
+    again: &dyn Fn() -> Option<DesiredGpu>,
     out: &mut SyncOutcome,
-    desired: &dyn Fn() -> Option<DesiredGpu>,
 ) -> Result<(), SyncError> {
+    let name = known.provider.name.clone();
     let mut writes = 0;
     let mut kept = Vec::new();
-    retry_conflicts(name, out, || {
-        let now = client.inventories(uuid)?;
-        let Some(gpu) = desired() else {
+    retry_conflicts(&name, out, |attempt| {
+        let gpu = if attempt == 0 {
+            Some(first.clone())
+        } else {
+            known.refresh(client)?;
+            again()
+        };
+        let Some(gpu) = gpu else {
             return Ok(());
         };
+        let now = known.inventories.clone();
         let mut want = gpu.inventories.clone();
         keep_in_use(&now, &mut want, &kept);
-        if want == now.inventories {
+        if want == now {
             return Ok(());
         }
-        match client.set_inventories(uuid, now.resource_provider_generation, &want) {
+        for class in want.keys().filter(|c| !now.contains_key(*c)) {
+            client.ensure_resource_class(class)?;
+        }
+        writes += 1;
+        match client.set_inventories(known.provider.uuid, known.generation, &want) {
+            Ok(written) => {
+                known.generation = written.resource_provider_generation;
+                known.inventories = want;
+                Ok(())
+            }
             Err(Error::Conflict { code, .. })
                 if code.as_deref() == Some("placement.inventory.inuse") =>
             {
                 // Classes the new layout drops still have consumers: keep them, closed.
-                let gone: Vec<String> = now
-                    .inventories
+                kept = now
                     .keys()
                     .filter(|c| !gpu.inventories.contains_key(*c))
                     .cloned()
                     .collect();
-                kept = gone;
                 let mut closed = gpu.inventories.clone();
                 keep_in_use(&now, &mut closed, &kept);
-                let again = client.inventories(uuid)?;
-                client.set_inventories(uuid, again.resource_provider_generation, &closed)?;
-                writes += 1;
+                let written =
+                    client.set_inventories(known.provider.uuid, known.generation, &closed)?;
+                known.generation = written.resource_provider_generation;
+                known.inventories = closed;
                 Ok(())
             }
-            other => {
-                writes += 1;
-                other.map(drop)
-            }
+            Err(e) => Err(e),
         }
     })?;
     for class in &kept {
@@ -309,9 +358,13 @@ fn write_inventories(
 }
 
 /// Classes in `kept` that Placement has and `want` lacks stay, fully reserved.
-fn keep_in_use(now: &Inventories, want: &mut BTreeMap<String, Inventory>, kept: &[String]) {
+fn keep_in_use(
+    now: &BTreeMap<String, Inventory>,
+    want: &mut BTreeMap<String, Inventory>,
+    kept: &[String],
+) {
     for class in kept {
-        if let (Some(inv), false) = (now.inventories.get(class), want.contains_key(class)) {
+        if let (Some(inv), false) = (now.get(class), want.contains_key(class)) {
             want.insert(
                 class.clone(),
                 Inventory {
@@ -323,26 +376,40 @@ fn keep_in_use(now: &Inventories, want: &mut BTreeMap<String, Inventory>, kept: 
     }
 }
 
-/// Writes a provider's traits when they differ from what `desired` computes now.
-fn write_traits(
+/// Writes a provider's traits (with the owner trait) when they differ from `first`; after a
+/// conflict, from what `again` computes then.
+fn converge_traits(
     client: &Client,
-    uuid: Uuid,
-    name: &str,
+    known: &mut Known,
+    first: &BTreeSet<String>,
+    again: &dyn Fn() -> BTreeSet<String>,
     out: &mut SyncOutcome,
-    desired: &dyn Fn() -> BTreeSet<String>,
 ) -> Result<(), SyncError> {
+    let name = known.provider.name.clone();
     let mut writes = 0;
-    retry_conflicts(name, out, || {
-        let now = client.traits(uuid)?;
-        let mut want = desired();
+    retry_conflicts(&name, out, |attempt| {
+        let mut want = if attempt == 0 {
+            first.clone()
+        } else {
+            known.refresh(client)?;
+            again()
+        };
         want.insert(OWNER_TRAIT.to_owned());
-        let have: BTreeSet<String> = now.traits.iter().cloned().collect();
-        if want == have {
+        if want == known.traits {
             return Ok(());
         }
-        let want: Vec<String> = want.into_iter().collect();
-        client.set_traits(uuid, now.resource_provider_generation, &want)?;
+        for t in want
+            .difference(&known.traits)
+            .filter(|t| t.starts_with("CUSTOM_"))
+        {
+            client.ensure_trait(t)?;
+        }
+        let list: Vec<String> = want.iter().cloned().collect();
         writes += 1;
+        let written = client.set_traits(known.provider.uuid, known.generation, &list)?;
+        known.generation = written.resource_provider_generation;
+        known.traits = want;
+        known.owned = true;
         Ok(())
     })?;
     out.writes += writes;
@@ -368,8 +435,8 @@ fn remove_stale(
     let mut stale: Vec<&Provider> = tree
         .by_name
         .values()
-        .filter(|(p, owned)| *owned && !wanted.contains(p.name.as_str()))
-        .map(|(p, _)| p)
+        .filter(|k| k.owned && !wanted.contains(k.provider.name.as_str()))
+        .map(|k| &k.provider)
         .collect();
     stale.sort_by_key(|p| p.parent_provider_uuid == Some(root));
     for p in stale {
@@ -383,7 +450,7 @@ fn remove_stale(
             }
             continue;
         }
-        retry_conflicts(&p.name, out, || {
+        retry_conflicts(&p.name, out, |_| {
             let now = client.inventories(p.uuid)?;
             let closed: BTreeMap<String, Inventory> = now
                 .inventories

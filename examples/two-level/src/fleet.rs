@@ -166,10 +166,19 @@ impl Fleet {
         placement: Option<&str>,
         kinds: &[&HostKind],
     ) -> anyhow::Result<Fleet> {
+        // TWO_LEVEL_KEEP keeps each host's directory (vgpud.log, state) for diagnosis.
+        let keep = std::env::var_os("TWO_LEVEL_KEEP").is_some();
         let dir = tempfile::Builder::new()
             .prefix("two-level-fleet")
+            .disable_cleanup(keep)
             .tempdir()?;
         let base = dir.path().to_owned();
+        if keep {
+            eprintln!(
+                "two-level: keeping the hosts' directories in {}",
+                base.display()
+            );
+        }
         let mut fleet = Fleet {
             _dir: dir,
             children: Vec::new(),

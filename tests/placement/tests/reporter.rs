@@ -319,22 +319,14 @@ fn a_concurrent_writer_bumping_a_generation_is_retried() {
     service
         .set_layouts(vec![gpu_layout(NUMA1[2], &[("1g.10gb", 7)])])
         .expect("layout");
-    // sync_once asks for the desired tree once up front, once per NUMA provider (its traits)
-    // and twice per GPU (inventories, then traits), each time right after reading the provider:
-    // bumping the target's generation on the calls around its inventory read makes at least
-    // one conflict (two: the inventory write and the trait write), and fewer than the five
-    // attempts a write gets.
-    let want = agent::placement::desired::desired_tree(&settings, service.engine());
-    let index = want
-        .gpus
-        .iter()
-        .position(|g| g.gpu == addr(NUMA1[2]))
-        .unwrap();
-    let first_read = 1 + want.numa.len() + 2 * index;
+    // sync_once reads the tree, then asks for the desired tree once; only a write that meets a
+    // newer generation re-reads its provider and asks again. Another writer bumping the
+    // target's generation right after the first two of those reads makes its inventory write
+    // conflict twice (fewer than the five attempts a write gets); the third attempt lands.
     let calls = std::cell::Cell::new(0);
     let desired = || {
         calls.set(calls.get() + 1);
-        if (first_read..=first_read + 2).contains(&calls.get()) {
+        if calls.get() <= 2 {
             // A real change: Placement leaves the generation alone when nothing changes.
             let other = format!("CUSTOM_SOMEONE_ELSE_{}", calls.get());
             c.ensure_trait(&other).unwrap();
@@ -346,8 +338,14 @@ fn a_concurrent_writer_bumping_a_generation_is_retried() {
         }
         agent::placement::desired::desired_tree(&settings, service.engine())
     };
-    let out = agent::placement::sync::sync_once(reporter.client(), &desired, true).expect("sync");
-    assert!(out.conflicts >= 2, "{out:?}");
+    let out = agent::placement::sync::sync_once(reporter.client(), "dgx-03", &desired, true)
+        .expect("sync");
+    assert_eq!(out.conflicts, 2, "{out:?}");
+    assert_eq!(
+        calls.get(),
+        3,
+        "the desired tree is recomputed only after a conflict"
+    );
     let inv = inventories(&c, &target);
     assert_eq!(inv["VGPU"].total, 7, "{inv:?}");
 }
