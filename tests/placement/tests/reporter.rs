@@ -15,7 +15,7 @@ use agent::placement::reporter::Reporter;
 use agent::placement::settings::PlacementSettings;
 use agent::service::Service;
 use placement::Client;
-use placement::model::{Inventory, Provider};
+use placement::model::{ConsumerAllocations, Inventory, Provider, ProviderAllocation};
 use sim::SimHost;
 use testkit::placement::PlacementPeer;
 use testkit::{addr, gpu_layout, request};
@@ -550,4 +550,86 @@ fn a_class_the_layout_drops_stays_closed_while_a_consumer_holds_it() {
         ["CUSTOM_MIG_7G_80GB"],
         "{inv:?}"
     );
+}
+
+/// `[placement] heal`: a consumer vgpud holds nothing for loses its share on vgpud's GPU
+/// providers once it has been seen for the grace period, and only that share (the rest of its
+/// allocation is Nova's or another host's); a consumer vgpud does hold is left alone.
+#[test]
+fn healing_removes_only_an_unknown_consumers_share_of_this_hosts_gpus_after_the_grace() {
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, service) = dgx(dir.path());
+    let extra = format!("{DGX}\nheal = true\nheal_grace_s = 1");
+    let reporter = Reporter::new(settings(&peer, "dgx-05", &extra)).unwrap();
+    reporter.sync_now(service.engine()).expect("sync");
+    let c = client(&peer);
+    let gpu = tree(&c, "dgx-05")[&gpu_name("dgx-05", NUMA1[3])].clone();
+    let elsewhere = c.create_provider("elsewhere", None, None).unwrap();
+    let vcpus = BTreeMap::from([("VCPU".to_owned(), Inventory::whole(8))]);
+    c.set_inventories(elsewhere.uuid, elsewhere.generation, &vcpus)
+        .unwrap();
+    let stray = Uuid::new_v4();
+    let share = |class: &str, amount| ProviderAllocation {
+        resources: [(class.to_owned(), amount)].into(),
+        generation: None,
+    };
+    let claim = |parts: Vec<(Uuid, ProviderAllocation)>| ConsumerAllocations {
+        allocations: parts.into_iter().collect(),
+        consumer_generation: None,
+        project_id: Some("project".into()),
+        user_id: Some("user".into()),
+        consumer_type: Some("INSTANCE".into()),
+    };
+    c.put_consumer_allocations(
+        stray,
+        &claim(vec![
+            (gpu.uuid, share("CUSTOM_MIG_3G_40GB", 1)),
+            (elsewhere.uuid, share("VCPU", 2)),
+        ]),
+    )
+    .unwrap();
+    let known = Uuid::new_v4();
+    c.put_consumer_allocations(
+        known,
+        &claim(vec![(gpu.uuid, share("CUSTOM_MIG_3G_40GB", 1))]),
+    )
+    .unwrap();
+    let mut req = request("vm-known", "3g.40gb", Some(NUMA1[3]));
+    req.placement_consumer = Some(known);
+    service.allocate(req).expect("allocate");
+
+    // Seen once: counted, not yet healed.
+    reporter.sync_now(service.engine()).expect("sync");
+    let status = reporter.status();
+    assert_eq!(
+        (status.unknown_to_vgpud, status.healed),
+        (1, 0),
+        "{status:?}"
+    );
+    assert!(
+        c.consumer_allocations(stray)
+            .unwrap()
+            .allocations
+            .contains_key(&gpu.uuid)
+    );
+
+    std::thread::sleep(Duration::from_millis(1_200));
+    reporter.sync_now(service.engine()).expect("sync");
+    assert_eq!(reporter.status().healed, 1, "{:?}", reporter.status());
+    let left = c.consumer_allocations(stray).unwrap();
+    assert_eq!(
+        left.allocations.keys().collect::<Vec<_>>(),
+        [&elsewhere.uuid],
+        "{left:?}"
+    );
+    assert_eq!(left.allocations[&elsewhere.uuid].resources["VCPU"], 2);
+    let kept = c.consumer_allocations(known).unwrap();
+    assert_eq!(
+        kept.allocations[&gpu.uuid].resources["CUSTOM_MIG_3G_40GB"],
+        1
+    );
+    // Healed: the next pass finds nothing unknown.
+    reporter.sync_now(service.engine()).expect("sync");
+    assert_eq!(reporter.status().unknown_to_vgpud, 0);
 }
