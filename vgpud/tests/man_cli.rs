@@ -7,9 +7,9 @@ fn vgpud(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_vgpud"))
         .args(args)
         .output()
-        .expect("running vgpud");
+        .unwrap_or_else(|e| panic!("running vgpud: {e}"));
     assert!(out.status.success(), "vgpud {args:?}: {out:?}");
-    String::from_utf8(out.stdout).expect("UTF-8")
+    String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("vgpud {args:?} wrote non-UTF-8: {e}"))
 }
 
 #[test]
@@ -18,7 +18,7 @@ fn the_man_page_is_section_8_and_names_the_commands() {
     let th = page
         .lines()
         .find(|l| l.starts_with(".TH"))
-        .expect("a .TH line");
+        .unwrap_or_else(|| panic!("no .TH line"));
     assert!(th.starts_with(".TH vgpud 8"), "{th}");
     // roff escapes the hyphens of the subcommands' page names.
     for command in [r"vgpud\-run", r"vgpud\-check\-config", r"vgpud\-inventory"] {
