@@ -14,12 +14,16 @@ ensure_packages() {
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The system libraries the workspace builds against.
-BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev)
+# The system libraries the workspace builds against; dpkg-dev (dpkg-shlibdeps) and binutils
+# (strip) for scripts/package.
+BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev dpkg-dev binutils)
 # The real peers the tests start themselves: a private dbus-daemon and busctl, openssl and curl
 # for the TLS listener, jq for the demo, prometheus (the server and promtool) for
-# tests/prometheus.
-TEST_PACKAGES=(dbus-daemon systemd openssl curl jq prometheus)
+# tests/prometheus; for tests/system (the package on a booted systemd guest): mmdebstrap (the
+# guest's root file system), e2fsprogs (mke2fs -d), QEMU and qemu-img, cpio, xz-utils, kmod and
+# zstd (the initramfs) and lintian.
+TEST_PACKAGES=(dbus-daemon systemd openssl curl jq prometheus
+    mmdebstrap e2fsprogs qemu-system-x86 qemu-utils cpio xz-utils kmod zstd lintian)
 
 # The venvs of the Python peers the Placement tests start (tests/placement, testkit::placement
 # and testkit::keystone): OpenStack Placement 16 and Keystone from PyPI, each served by gunicorn.

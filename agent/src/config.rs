@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod host;
 mod placement;
 
 pub use placement::{AUTH_STRATEGIES, INTERFACES, KeystoneConfig, MAX_ROOT_NAME, PlacementConfig};
@@ -50,6 +51,10 @@ pub struct Config {
 pub struct HostConfig {
     /// CPUs never given to VMs (kernel CPU list, e.g. `0-1,64-65`); empty for none.
     pub reserved_cpus: String,
+    /// Run on a simulated host instead of this machine's hardware: a built-in profile name
+    /// (`dgx-a100`) or an absolute path to a profile file; empty (the default) for the real
+    /// host. The simulated host persists under `state_dir`/sim.
+    pub simulate: String,
 }
 
 /// `[engine]`.
@@ -326,6 +331,8 @@ impl Config {
         if let Err(e) = self.host.reserved_cpus.parse::<numa::CpuSet>() {
             return Err(invalid("host.reserved_cpus", e.to_string()));
         }
+        host::validate_simulate(&self.host.simulate, &self.sysfs_root)
+            .map_err(|(key, reason)| invalid(key, reason))?;
         if !(100..=600_000).contains(&self.engine.vendor_call_timeout_ms) {
             return Err(invalid(
                 "engine.vendor_call_timeout_ms",
@@ -598,6 +605,12 @@ mod tests {
         let cases = [
             ("state_dir = \"var/lib\"", "state_dir"),
             ("[host]\nreserved_cpus = \"0-x\"", "host.reserved_cpus"),
+            ("[host]\nsimulate = \"DGX A100\"", "host.simulate"),
+            ("[host]\nsimulate = \"profiles/a.toml\"", "host.simulate"),
+            (
+                "sysfs_root = \"/srv/tree\"\n[host]\nsimulate = \"dgx-a100\"",
+                "host.simulate",
+            ),
             (
                 "[engine]\nvendor_call_timeout_ms = 5",
                 "engine.vendor_call_timeout_ms",

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use ids::PciAddress;
 
 use hostwire::{self as host, HostChoice};
@@ -47,6 +47,13 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Print a shell completion script (the package installs them).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff; the package installs it as vgpud(8)).
+    Man,
 }
 
 /// Which host a command looks at.
@@ -272,6 +279,20 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     .with_context(|| format!("writing {}", file.display())),
                 None => print(&text),
             }
+        }
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "vgpud", &mut out);
+            print(&String::from_utf8_lossy(&out))
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            // Section 8: vgpud is a system daemon run by root (the unit's Documentation=).
+            clap_mangen::Man::new(Cli::command())
+                .section("8")
+                .render(&mut out)
+                .context("rendering the man page")?;
+            print(&String::from_utf8_lossy(&out))
         }
     }
 }

@@ -81,10 +81,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The host the daemon works on (and `vgpud state recover` looks at).
-pub(crate) fn host_choice(args: &RunArgs, config: &Config) -> HostChoice {
-    match &args.sim {
+pub(crate) fn host_choice(config: &Config) -> HostChoice {
+    match crate::daemon_config::simulated(config) {
         Some(profile) => HostChoice::Sim {
-            profile: profile.clone(),
+            profile: profile.to_owned(),
             state_dir: Some(config.state_dir.join("sim")),
         },
         None => HostChoice::Real {
@@ -95,8 +95,8 @@ pub(crate) fn host_choice(args: &RunArgs, config: &Config) -> HostChoice {
 
 /// Opens the host, the engine and the service, and runs the first reconcile (blocking). Returns
 /// the service and the host's device events.
-fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<(Service, DeviceEvents)> {
-    let choice = host_choice(args, config);
+fn open_service(config: &Config) -> anyhow::Result<(Service, DeviceEvents)> {
+    let choice = host_choice(config);
     let access = host::open(&choice)?;
     info!("host: {}", access.source);
     let events = access.events.clone();
@@ -105,7 +105,7 @@ fn open_service(args: &RunArgs, config: &Config) -> anyhow::Result<(Service, Dev
     let engine = Engine::open(engine_config)
         .with_context(|| format!("opening the state directory {}", config.state_dir.display()))?;
     let mut options = ServiceOptions::from_config(config)?;
-    if args.sim.is_some() {
+    if crate::daemon_config::simulated(config).is_some() {
         // A simulated host has no hypervisor: libvirt's test driver stands in, over a host file
         // of the simulated topology, so pinning sees the NUMA nodes the scheduler sees.
         hostwire::pin_to_test_host(&mut options, &engine.inventory(), &engine.state_dir());
@@ -210,8 +210,8 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     systemd.status("starting: opening the host and the state directory, reconciling");
 
     let startup = tokio::task::spawn_blocking({
-        let (args, config) = (args.clone(), config.clone());
-        move || open_service(&args, &config)
+        let config = config.clone();
+        move || open_service(&config)
     });
     tokio::pin!(startup);
     let (service, device_events) = loop {
@@ -229,7 +229,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
-    let simulated = args.sim.is_some();
+    let simulated = crate::daemon_config::simulated(&config).is_some();
     let started = async {
         start_listeners(&mut servers, &service, &config, simulated, &stop_rx).await?;
         start_dbus(&service, &config, simulated).await

@@ -18,7 +18,22 @@ pub fn load(args: &RunArgs) -> anyhow::Result<Config> {
     apply_flags(&mut config, args)?;
     // The flags can break what the file got right (a relative path, say): check the result.
     config.validate(&args.config)?;
+    check_profile(&config)?;
     Ok(config)
+}
+
+/// The agent checks only the shape of `host.simulate`; here the profile is resolved, so that an
+/// unknown name fails the start (and `check-config`) with the list of built-in profiles.
+fn check_profile(config: &Config) -> anyhow::Result<()> {
+    if !config.host.simulate.is_empty() {
+        hostwire::load_profile(&config.host.simulate).context("host.simulate")?;
+    }
+    Ok(())
+}
+
+/// The simulated profile the daemon runs on, if any (`--sim` or `host.simulate`).
+pub fn simulated(config: &Config) -> Option<&str> {
+    Some(config.host.simulate.as_str()).filter(|p| !p.is_empty())
 }
 
 fn apply_flags(config: &mut Config, args: &RunArgs) -> anyhow::Result<()> {
@@ -27,6 +42,15 @@ fn apply_flags(config: &mut Config, args: &RunArgs) -> anyhow::Result<()> {
     }
     if let Some(socket) = &args.socket {
         config.api.socket = absolute(socket)?;
+    }
+    if let Some(profile) = &args.sim {
+        // A profile file named on the command line may be relative to the working directory;
+        // the configuration holds absolute paths only.
+        config.host.simulate = if sim::Profile::builtin_names().contains(&profile.as_str()) {
+            profile.clone()
+        } else {
+            absolute(Path::new(profile))?.display().to_string()
+        };
     }
     if args.no_dbus {
         config.dbus.enabled = false;
@@ -110,6 +134,7 @@ fn flatten(
 /// `vgpud check-config`: validates `file` and renders the effective configuration as TOML.
 pub fn check_config(file: &Path) -> anyhow::Result<String> {
     let config = Config::load(file)?;
+    check_profile(&config)?;
     let body = toml::to_string_pretty(&config).context("rendering the configuration")?;
     let head = if file == Path::new(DEFAULT_CONFIG) && !file.exists() {
         format!(
@@ -168,6 +193,31 @@ mod tests {
         assert!(c.state_dir.is_absolute() && c.state_dir.ends_with("rel/state"));
         assert_eq!(c.api.socket, Path::new("/tmp/x.sock"));
         assert!(!c.dbus.enabled);
+        assert_eq!(simulated(&c), Some("dgx-a100"));
+    }
+
+    #[test]
+    fn the_file_can_choose_a_simulated_host_and_an_unknown_profile_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("vgpud.toml");
+        std::fs::write(&file, "[host]\nsimulate = \"hgx-h200\"\n").unwrap();
+        let c = load(&args(&["--config", file.to_str().unwrap()])).unwrap();
+        assert_eq!(simulated(&c), Some("hgx-h200"));
+        assert_eq!(simulated(&Config::default()), None);
+        // The flag wins over the file.
+        let c = load(&args(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--sim",
+            "dgx-a100",
+        ]))
+        .unwrap();
+        assert_eq!(simulated(&c), Some("dgx-a100"));
+
+        std::fs::write(&file, "[host]\nsimulate = \"dgx-z9\"\n").unwrap();
+        let e = format!("{:#}", check_config(&file).unwrap_err());
+        assert!(e.contains("host.simulate") && e.contains("dgx-a100"), "{e}");
+        assert!(load(&args(&["--config", file.to_str().unwrap()])).is_err());
     }
 
     #[test]

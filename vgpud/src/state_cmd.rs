@@ -59,7 +59,7 @@ fn recover(args: &RecoverArgs) -> anyhow::Result<String> {
         no_dbus: true,
     };
     let config = daemon_config::load(&run_args)?;
-    let access = hostwire::open(&daemon::host_choice(&run_args, &config))?;
+    let access = hostwire::open(&daemon::host_choice(&config))?;
     let mut engine_config = EngineConfig::new(&config.state_dir, access);
     engine_config.vendor_timeout = Duration::from_millis(config.engine.vendor_call_timeout_ms);
     let report = Engine::recover(engine_config).with_context(|| {
