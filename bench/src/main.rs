@@ -12,6 +12,7 @@ mod latency;
 mod mix;
 mod replay;
 mod scrape;
+mod simcost;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -115,6 +116,19 @@ enum Cmd {
         /// Delay of every NVML call, ms.
         #[arg(long, default_value_t = 200)]
         hang_ms: u64,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The simulator's own cost per call on dgx-a100: a sysfs read, a directory listing, an
+    /// NVML query and a whole discovery, in memory and in a state directory.
+    SimCost {
+        /// Calls per kind (discoveries: a hundredth of it).
+        #[arg(long, default_value_t = 20_000)]
+        calls: usize,
+        /// Where the state directory goes (removed and re-made).
+        #[arg(long, default_value = "target/bench-simcost")]
+        dir: PathBuf,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -559,6 +573,14 @@ fn main() -> anyhow::Result<()> {
             seed,
             json,
         } => sched_latency(live, decisions, seed, json),
+        Cmd::SimCost { calls, dir, json } => {
+            let result = simcost::run(calls, &dir)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&result)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(())
+        }
         Cmd::Daemon {
             vgpud,
             dir,
