@@ -317,7 +317,6 @@ fn profiles_load_from_files() {
 
 #[test]
 fn telemetry_continues_across_a_restart_and_leaves_sysfs_current() {
-    use gpu::Nvml;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("host");
     let energy = {
