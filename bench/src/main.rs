@@ -3,11 +3,16 @@
 //!
 //! This binary owns measurement only; scheduling logic lives in the `sched` crate.
 
+mod daemon;
+mod daemon_http;
+mod daemon_proc;
+mod daemon_profile;
 mod host;
 mod latency;
 mod mix;
 mod replay;
 mod scrape;
+mod simcost;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -111,6 +116,56 @@ enum Cmd {
         /// Delay of every NVML call, ms.
         #[arg(long, default_value_t = 200)]
         hang_ms: u64,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The simulator's own cost per call on dgx-a100: a sysfs read, a directory listing, an
+    /// NVML query and a whole discovery, in memory and in a state directory.
+    SimCost {
+        /// Calls per kind (discoveries: a hundredth of it).
+        #[arg(long, default_value_t = 20_000)]
+        calls: usize,
+        /// Where the state directory goes (removed and re-made).
+        #[arg(long, default_value = "target/bench-simcost")]
+        dir: PathBuf,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The real `vgpud run --sim` over its unix socket: route latency, throughput with 1, 8 and
+    /// 64 clients, start-up with owned slices to reconcile, RSS and CPU.
+    Daemon {
+        /// The `vgpud` binary (default: the one next to this program).
+        #[arg(long)]
+        vgpud: Option<PathBuf>,
+        /// Where the daemons' directories go (each run removes and re-makes its own).
+        #[arg(long, default_value = "target/bench-daemon")]
+        dir: PathBuf,
+        /// Parts, comma-separated: latency, throughput, startup, footprint.
+        #[arg(long, default_value = "latency,throughput,startup,footprint")]
+        parts: String,
+        /// Timed requests per read route.
+        #[arg(long, default_value_t = 2_000)]
+        requests: usize,
+        /// Allocate/release cycles timed.
+        #[arg(long, default_value_t = 200)]
+        cycles: usize,
+        /// Seconds per throughput point.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Owned-slice counts to start with, comma-separated.
+        #[arg(long, default_value = "0,100,1000")]
+        slices: String,
+        /// Restarts timed per slice count.
+        #[arg(long, default_value_t = 3)]
+        restarts: usize,
+        /// Seconds of each RSS/CPU window.
+        #[arg(long, default_value_t = 10.0)]
+        window: f64,
+        /// Connections of the burst.
+        #[arg(long, default_value_t = 5_000)]
+        connections: usize,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -518,6 +573,49 @@ fn main() -> anyhow::Result<()> {
             seed,
             json,
         } => sched_latency(live, decisions, seed, json),
+        Cmd::SimCost { calls, dir, json } => {
+            let result = simcost::run(calls, &dir)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&result)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(())
+        }
+        Cmd::Daemon {
+            vgpud,
+            dir,
+            parts,
+            requests,
+            cycles,
+            seconds,
+            slices,
+            restarts,
+            window,
+            connections,
+            json,
+        } => {
+            let o = daemon::Options {
+                vgpud: vgpud.unwrap_or_else(daemon_proc::default_vgpud),
+                dir,
+                parts: parts.split(',').map(|p| p.trim().to_owned()).collect(),
+                requests,
+                cycles,
+                seconds,
+                slices: slices
+                    .split(',')
+                    .map(|n| n.trim().parse().with_context(|| format!("bad count {n:?}")))
+                    .collect::<anyhow::Result<_>>()?,
+                restarts,
+                window_s: window,
+                connections,
+            };
+            let result = daemon::run(&o)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&result)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(())
+        }
         Cmd::MetricsScrape {
             scrapes,
             hang_ms,

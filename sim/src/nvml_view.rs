@@ -287,6 +287,21 @@ impl SimNvml {
             .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
             .map_err(|c| Self::err(calls, c))
     }
+
+    /// [`Self::act`] for a change sysfs does not show (the telemetry walk's step).
+    fn act_volatile<T>(
+        &self,
+        calls: &'static [&'static str],
+        index: u32,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
+    ) -> NvmlResult<T> {
+        self.fault(calls, Some(index))?;
+        self.host
+            .store()
+            .write_volatile(f)
+            .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
+            .map_err(|c| Self::err(calls, c))
+    }
 }
 
 impl Nvml for SimNvml {
@@ -546,7 +561,7 @@ impl Nvml for SimNvml {
     }
 
     fn telemetry(&self, index: u32) -> NvmlResult<Telemetry> {
-        self.act(calls::TELEMETRY, index, |st, hw| {
+        self.act_volatile(calls::TELEMETRY, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let (addr, model) = (g.addr, g.model.clone());
             let used = fb_used(st, addr, &model);

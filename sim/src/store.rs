@@ -198,6 +198,12 @@ impl Store {
     }
 
     fn save(&self, state: &State) -> Result<Stamp, SimError> {
+        self.save_with(state, true)
+    }
+
+    /// Writes the state file by rename; `durable` also syncs the file and the directory (a
+    /// power loss then keeps the change), which what nothing depends on does without.
+    fn save_with(&self, state: &State, durable: bool) -> Result<Stamp, SimError> {
         let Some(b) = &self.backing else {
             return Ok(Stamp {
                 ino: 0,
@@ -214,13 +220,18 @@ impl Store {
         let write = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(&json)?;
-            f.sync_all()
+            if durable {
+                f.sync_all()?;
+            }
+            Ok(())
         };
         write().map_err(|e| SimError::io(&tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| SimError::io(&path, e))?;
-        File::open(&b.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| SimError::io(&b.dir, e))?;
+        if durable {
+            File::open(&b.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| SimError::io(&b.dir, e))?;
+        }
         let meta = fs::metadata(&path).map_err(|e| SimError::io(&path, e))?;
         Ok(Stamp::of(&meta))
     }
@@ -260,6 +271,31 @@ impl Store {
             let stamp = self.save(&next)?;
             cache.state = next;
             cache.tree = None;
+            cache.stamp = Some(stamp);
+        }
+        Ok(out)
+    }
+}
+
+impl Store {
+    /// [`Store::write`] for what neither sysfs shows nor a uevent announces (the telemetry
+    /// walk): the sysfs tree stays rendered, no uevent is looked for, and the state file is
+    /// replaced by rename without syncing it (a crashed process still leaves a whole file; a
+    /// power loss may lose the last samples, which nothing depends on). A telemetry read is
+    /// then a small write rather than a durable one and a new sysfs tree for the next reader.
+    pub(crate) fn write_volatile<T, E>(
+        &self,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
+    ) -> Result<Result<T, E>, SimError> {
+        let mut cache = self.lock_cache();
+        let _guard = self.file_lock(LockKind::Exclusive)?;
+        self.refresh(&mut cache)?;
+        let mut next = cache.state.clone();
+        let hw = cache.hw.clone();
+        let out = f(&mut next, &hw);
+        if out.is_ok() && next != cache.state {
+            let stamp = self.save_with(&next, false)?;
+            cache.state = next;
             cache.stamp = Some(stamp);
         }
         Ok(out)

@@ -314,3 +314,33 @@ fn profiles_load_from_files() {
         Err(SimError::InvalidProfile { .. })
     ));
 }
+
+#[test]
+fn telemetry_continues_across_a_restart_and_leaves_sysfs_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("host");
+    let energy = {
+        let h = SimHost::create(&state, Profile::builtin("vdi-mixed").unwrap()).unwrap();
+        let nvml = h.nvml();
+        let index = (0..nvml.device_count().unwrap())
+            .find(|i| nvml.device_info(*i).unwrap().pci_address.to_string() == T4)
+            .unwrap();
+        let first = nvml.telemetry(index).unwrap().energy_mj;
+        // A telemetry read between a change and the next sysfs read must not hide the change.
+        create_1q(&h.sysfs(), U1);
+        let last = nvml.telemetry(index).unwrap().energy_mj;
+        assert!(last > first);
+        assert!(
+            h.sysfs()
+                .exists(std::path::Path::new(&format!("/sys/bus/mdev/devices/{U1}")))
+        );
+        (index, last)
+    };
+    // Another process (a restarted agent) continues the walk where this one left it.
+    let h = SimHost::open(&state).unwrap();
+    assert!(h.nvml().telemetry(energy.0).unwrap().energy_mj > energy.1);
+    assert!(
+        h.sysfs()
+            .exists(std::path::Path::new(&format!("/sys/bus/mdev/devices/{U1}")))
+    );
+}

@@ -257,7 +257,12 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     let _telemetry = crate::daemon_metrics::start(&service, &config.metrics)?;
     let (interval_tx, interval_rx) = watch::channel(reconcile_interval(&config));
     let hotplug_wake = Arc::new(Notify::new());
-    let hotplug = daemon_hotplug::start(&device_events, hotplug_wake.clone(), stop_rx.clone());
+    let hotplug = daemon_hotplug::start(
+        &device_events,
+        service.engine().clone(),
+        hotplug_wake.clone(),
+        stop_rx.clone(),
+    );
     let pinger = systemd
         .watchdog_period()
         .map(|period| tokio::spawn(watchdog(systemd.clone(), service.clone(), period)));

@@ -1,5 +1,6 @@
-//! Hot-plug wiring: the host's device events (netlink, or the simulated kernel's uevents) wake
-//! the daemon's reconcile loop at once instead of at its next period. A burst (a VF enable, a
+//! Hot-plug wiring: the host's device events (netlink, or the simulated kernel's uevents) mark
+//! the engine's inventory out of date and wake the daemon's reconcile loop at once instead of
+//! at its next period. A burst (a VF enable, a
 //! PF removal with its VFs) is coalesced into one wake-up; what the reconcile does about it is
 //! the engine's (see `agent::engine` `presence`).
 
@@ -21,6 +22,7 @@ const LONGEST: Duration = Duration::from_secs(2);
 /// come and go: a warning, not an error.
 pub(crate) fn start(
     source: &Arc<dyn EventSource>,
+    engine: agent::engine::Engine,
     wake: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<JoinHandle<()>> {
@@ -48,6 +50,8 @@ pub(crate) fn start(
             for e in &batch {
                 debug!("device event: {e}");
             }
+            // What the engine read about the host is out of date until the reconcile.
+            engine.host_changed();
             if let Some(first) = batch.first() {
                 let more = if batch.len() > 1 { ", …" } else { "" };
                 info!(

@@ -13,7 +13,7 @@ use super::limits::MAX_COUNT;
 use super::locks::lock;
 use super::model::{BackendKind, SliceId, SliceKind, SliceSpec, SliceState};
 use super::reports::{GpuDetail, GpuHealth, GpuUtilization, SliceCapacity};
-use super::resolve::candidates;
+use super::resolve::kind_for;
 use super::snapshot::{self, Ownership};
 
 /// The types a GPU offers, as requests name them, with the kind each means there.
@@ -35,12 +35,15 @@ pub(super) fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, Slice
     }
     names.push("vf".into());
     names.push("gpu".into());
+    // Read once for every name: a PCI device read is dozens of sysfs reads.
+    let Ok(dev) = engine.host().gpu(g.pci_address) else {
+        return Vec::new();
+    };
     names
         .into_iter()
         .filter_map(|n| {
-            let specs = candidates(engine.host(), &n, Some(g.pci_address)).ok()?;
-            let spec = specs.into_iter().next()?;
-            Some((n, spec.kind))
+            let kind = kind_for(engine.host(), &dev, &n)?;
+            Some((n, kind))
         })
         // Offering VFs amdgpu cannot make would promise slices that creating refuses (and
         // Placement would hand them out).

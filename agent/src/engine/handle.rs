@@ -13,6 +13,7 @@ use tokio::sync::broadcast;
 
 use super::error::Result;
 use super::events::Event;
+use super::inventory_cache::InventoryCache;
 use super::layout::GpuLayoutStatus;
 use super::locks::{GpuLocks, KeyLocks, lock};
 use super::model::SliceId;
@@ -70,6 +71,8 @@ pub(super) struct Inner {
     pub(super) events: broadcast::Sender<Event>,
     /// The agent's counters and histograms (vendor calls count here, the service adds the rest).
     pub(super) metrics: Metrics,
+    /// The last discovery of the host, while nothing changed it.
+    pub(super) inventory: InventoryCache,
 }
 
 impl Engine {
@@ -100,13 +103,9 @@ impl Engine {
                 gone: Mutex::new(BTreeSet::new()),
                 events,
                 metrics,
+                inventory: InventoryCache::default(),
             }),
         })
-    }
-
-    /// The host's inventory (discovery through the time-bounded vendor libraries).
-    pub fn inventory(&self) -> inventory::HostInventory {
-        inventory::discover(&self.inner.host.access)
     }
 
     /// The agent's counters and histograms.

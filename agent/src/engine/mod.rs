@@ -23,7 +23,9 @@ mod gather;
 mod gpu_detail;
 mod handle;
 mod health_access;
+mod host_changes;
 pub mod import;
+mod inventory_cache;
 pub mod layout;
 mod layout_apply;
 mod layout_mig_mode;
@@ -51,6 +53,7 @@ mod state_check;
 mod telemetry_read;
 mod timed_host;
 mod vendor;
+mod vendor_pool;
 mod vfs;
 mod view;
 

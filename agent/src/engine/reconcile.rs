@@ -85,6 +85,8 @@ impl Engine {
     /// Only a store failure fails the pass; everything else is in the report.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
         let mut report = ReconcileReport::default();
+        // A reconcile looks at the host as it is now, and leaves the inventory fresh.
+        self.host_changed();
         // First: a PF left on pci-pf-stub hides its GPU from NVML and its VFs' vGPU files, which
         // the intents' rollbacks and the restores below need.
         self.finish_interrupted_sriov(&mut report);

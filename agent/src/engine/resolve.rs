@@ -2,7 +2,7 @@
 
 use ids::{MdevParentName, MdevTypeId, MigProfileName, PciAddress, PciVendorId};
 
-use super::backend::{profile_by_name, refuse_if_passed_through};
+use super::backend::{profile_by_name_on, refuse_if_passed_through};
 use super::error::{EngineError, Result};
 use super::model::{DeviceRef, SliceKind, SliceSpec};
 use super::timed_host::TimedHost;
@@ -45,7 +45,7 @@ pub(crate) fn kind_on(
         _ => {}
     }
     if nvidia && let Ok(profile) = t.parse::<MigProfileName>() {
-        match profile_by_name(host, gpu, &profile) {
+        match profile_by_name_on(host, dev, &profile) {
             Ok(_) => {
                 return Ok(Some(SliceKind::Mig {
                     profile,
@@ -166,6 +166,16 @@ pub(crate) fn check_type(t: &str) -> Result<&str> {
 }
 
 /// Every (GPU, kind) that can satisfy the type, on `only` or on every GPU.
+/// What a type string means on one GPU the caller has read, as [`candidates`] answers for
+/// that GPU alone: `None` where it would refuse.
+pub(crate) fn kind_for(host: &TimedHost, dev: &vfio::PciDevice, t: &str) -> Option<SliceKind> {
+    let t = check_type(t).ok()?;
+    if t != "gpu" && refuse_if_passed_through(dev).is_err() {
+        return None;
+    }
+    kind_on(host, dev, t).ok().flatten()
+}
+
 pub(crate) fn candidates(
     host: &TimedHost,
     t: &str,

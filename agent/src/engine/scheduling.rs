@@ -142,8 +142,8 @@ impl Engine {
                 g.healthy = false;
             }
         }
-        // Rebuilt per request from a fresh inventory: the host is the truth, and this costs
-        // far more than the decision itself.
+        // Rebuilt per request from the kept inventory (current while nothing changed the
+        // host; `inventory_cache`): discovering the host costs far more than the decision.
         tracing::debug!(
             snapshot_us = started.elapsed().as_micros() as u64,
             "scheduler snapshot built"

@@ -11,6 +11,7 @@ use inventory::HostAccess;
 use sysfs::Sysfs;
 
 use super::error::{EngineError, Result};
+use super::host_changes::{CountingSysfs, HostChanges};
 use super::vendor::{Runner, TimedAmd, TimedNvml};
 use crate::metrics::Metrics;
 
@@ -29,6 +30,8 @@ pub(crate) struct TimedHost {
 impl TimedHost {
     pub(crate) fn new(access: HostAccess, timeout: Duration, metrics: Metrics) -> Self {
         let runner = Runner::new(timeout, metrics);
+        // Writes count as host changes, so that reads of the host can be kept until one.
+        let sysfs = CountingSysfs::wrap(access.sysfs.clone(), runner.changes.clone());
         let nvml = access
             .nvml
             .as_ref()
@@ -40,7 +43,7 @@ impl TimedHost {
             });
         let timed = HostAccess {
             source: access.source.clone(),
-            sysfs: access.sysfs.clone(),
+            sysfs: sysfs.clone(),
             nvml: match (&nvml, &access.nvml) {
                 (Some(n), _) => Ok(n.clone()),
                 (None, Err(why)) => Err(why.clone()),
@@ -55,13 +58,18 @@ impl TimedHost {
             events: access.events.clone(),
         };
         Self {
-            fs: access.sysfs.clone(),
+            fs: sysfs,
             nvml,
             amd,
             access: timed,
             runner,
             index_cache: Arc::default(),
         }
+    }
+
+    /// The count of changes the engine made to the host.
+    pub(crate) fn changes(&self) -> &HostChanges {
+        &self.runner.changes
     }
 
     pub(crate) fn fs(&self) -> &dyn Sysfs {

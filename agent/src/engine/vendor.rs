@@ -19,6 +19,8 @@ use gpu::{
 };
 use ids::PciAddress;
 
+use super::host_changes::HostChanges;
+use super::vendor_pool::Pool;
 use crate::metrics::Metrics;
 
 /// `AMDSMI_STATUS_TIMEOUT` in `amdsmi_status_t`.
@@ -39,6 +41,10 @@ pub(crate) struct Runner {
     stuck: Mutex<HashMap<Gate, usize>>,
     /// Where each call's latency and error code are counted.
     metrics: Metrics,
+    /// The helper threads calls run on.
+    pool: Pool,
+    /// Counts the mutating calls (see `host_changes`).
+    pub(crate) changes: HostChanges,
 }
 
 #[derive(Default)]
@@ -52,6 +58,8 @@ impl Runner {
             timeout,
             stuck: Mutex::new(HashMap::new()),
             metrics,
+            pool: Pool::default(),
+            changes: HostChanges::default(),
         })
     }
 
@@ -98,18 +106,15 @@ impl Runner {
         let (tx, rx) = mpsc::sync_channel(1);
         let state = Arc::new(Mutex::new(CallState::default()));
         let (runner, thread_state) = (self.clone(), state.clone());
-        let spawned = std::thread::Builder::new()
-            .name("vgpud-vendor".into())
-            .spawn(move || {
-                let out = f();
-                let st = thread_state.lock().unwrap_or_else(PoisonError::into_inner);
-                if st.abandoned {
-                    runner.adjust(gate, false);
-                } else {
-                    // Capacity 1 and one send: never blocks.
-                    let _ = tx.send(out);
-                }
-            });
+        let spawned = self.pool.spawn(f, move |out| {
+            let st = thread_state.lock().unwrap_or_else(PoisonError::into_inner);
+            if st.abandoned {
+                runner.adjust(gate, false);
+            } else {
+                // Capacity 1 and one send: never blocks.
+                let _ = tx.send(out);
+            }
+        });
         if spawned.is_err() {
             return None;
         }
@@ -153,6 +158,18 @@ impl TimedNvml {
         self.call_within(gate, name, self.runner.timeout(), f)
     }
 
+    /// A call that changes the GPU: counted as a host change once it returns.
+    fn change<T: Send + 'static>(
+        &self,
+        gate: Gate,
+        name: &'static str,
+        f: impl FnOnce(&dyn Nvml) -> NvmlResult<T> + Send + 'static,
+    ) -> NvmlResult<T> {
+        let out = self.call(gate, name, f);
+        self.runner.changes.bump();
+        out
+    }
+
     fn call_within<T: Send + 'static>(
         &self,
         gate: Gate,
@@ -194,7 +211,7 @@ impl Nvml for TimedNvml {
         })
     }
     fn set_mig_mode(&self, i: u32, enabled: bool) -> NvmlResult<gpu::MigActivation> {
-        self.call(Gate::NvmlIndex(i), "nvmlDeviceSetMigMode", move |n| {
+        self.change(Gate::NvmlIndex(i), "nvmlDeviceSetMigMode", move |n| {
             n.set_mig_mode(i, enabled)
         })
     }
@@ -225,14 +242,14 @@ impl Nvml for TimedNvml {
         })
     }
     fn create_gpu_instance(&self, i: u32, p: u32, pl: Placement) -> NvmlResult<GpuInstance> {
-        self.call(
+        self.change(
             Gate::NvmlIndex(i),
             "nvmlDeviceCreateGpuInstanceWithPlacement",
             move |n| n.create_gpu_instance(i, p, pl),
         )
     }
     fn destroy_gpu_instance(&self, i: u32, gi: u32) -> NvmlResult<()> {
-        self.call(Gate::NvmlIndex(i), "nvmlGpuInstanceDestroy", move |n| {
+        self.change(Gate::NvmlIndex(i), "nvmlGpuInstanceDestroy", move |n| {
             n.destroy_gpu_instance(i, gi)
         })
     }
@@ -255,14 +272,14 @@ impl Nvml for TimedNvml {
         )
     }
     fn create_compute_instance(&self, i: u32, gi: u32, p: u32) -> NvmlResult<ComputeInstance> {
-        self.call(
+        self.change(
             Gate::NvmlIndex(i),
             "nvmlGpuInstanceCreateComputeInstance",
             move |n| n.create_compute_instance(i, gi, p),
         )
     }
     fn destroy_compute_instance(&self, i: u32, gi: u32, ci: u32) -> NvmlResult<()> {
-        self.call(Gate::NvmlIndex(i), "nvmlComputeInstanceDestroy", move |n| {
+        self.change(Gate::NvmlIndex(i), "nvmlComputeInstanceDestroy", move |n| {
             n.destroy_compute_instance(i, gi, ci)
         })
     }
@@ -325,6 +342,18 @@ impl TimedAmd {
         Self { inner, runner }
     }
 
+    /// A call that changes the GPU: counted as a host change once it returns.
+    fn change<T: Send + 'static>(
+        &self,
+        gate: Gate,
+        name: &'static str,
+        f: impl FnOnce(&dyn AmdSmi) -> AmdResult<T> + Send + 'static,
+    ) -> AmdResult<T> {
+        let out = self.call(gate, name, f);
+        self.runner.changes.bump();
+        out
+    }
+
     fn call<T: Send + 'static>(
         &self,
         gate: Gate,
@@ -351,7 +380,7 @@ impl AmdSmi for TimedAmd {
         self.call(Gate::Gpu(gpu), "amdsmi_get_num_vf", move |a| a.num_vf(gpu))
     }
     fn set_num_vf(&self, gpu: PciAddress, count: u32) -> AmdResult<()> {
-        self.call(Gate::Gpu(gpu), "amdsmi_set_num_vf", move |a| {
+        self.change(Gate::Gpu(gpu), "amdsmi_set_num_vf", move |a| {
             a.set_num_vf(gpu, count)
         })
     }
@@ -364,7 +393,7 @@ impl AmdSmi for TimedAmd {
     }
     fn set_compute_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()> {
         let mode = mode.to_owned();
-        self.call(
+        self.change(
             Gate::Gpu(gpu),
             "amdsmi_set_gpu_compute_partition",
             move |a| a.set_compute_partition(gpu, &mode),
@@ -372,7 +401,7 @@ impl AmdSmi for TimedAmd {
     }
     fn set_memory_partition(&self, gpu: PciAddress, mode: &str) -> AmdResult<()> {
         let mode = mode.to_owned();
-        self.call(
+        self.change(
             Gate::Gpu(gpu),
             "amdsmi_set_gpu_memory_partition",
             move |a| a.set_memory_partition(gpu, &mode),

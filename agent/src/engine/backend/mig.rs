@@ -16,8 +16,13 @@ pub(crate) struct MigBackend;
 
 /// NVML, the GPU's index, and a check that MIG is on.
 pub(super) fn mig_gpu(host: &TimedHost, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
-    let dev = host.gpu(gpu)?;
-    if !TimedHost::is_nvidia(&dev) {
+    mig_gpu_on(host, &host.gpu(gpu)?)
+}
+
+/// [`mig_gpu`] for a GPU the caller has just read (a PCI device read is dozens of sysfs reads).
+fn mig_gpu_on<'h>(host: &'h TimedHost, dev: &vfio::PciDevice) -> Result<(&'h dyn Nvml, u32)> {
+    let gpu = dev.address;
+    if !TimedHost::is_nvidia(dev) {
         return Err(EngineError::Unsupported(format!(
             "GPU {gpu} is not an NVIDIA GPU"
         )));
@@ -46,7 +51,17 @@ pub(crate) fn profile_by_name(
     gpu: PciAddress,
     name: &MigProfileName,
 ) -> Result<GpuInstanceProfile> {
-    let (nvml, index) = mig_gpu(host, gpu)?;
+    profile_by_name_on(host, &host.gpu(gpu)?, name)
+}
+
+/// [`profile_by_name`] on a GPU the caller has just read.
+pub(crate) fn profile_by_name_on(
+    host: &TimedHost,
+    dev: &vfio::PciDevice,
+    name: &MigProfileName,
+) -> Result<GpuInstanceProfile> {
+    let gpu = dev.address;
+    let (nvml, index) = mig_gpu_on(host, dev)?;
     let profiles = nvml
         .gpu_instance_profiles(index)
         .map_err(|e| host.nvml_err(format!("cannot list MIG profiles of {gpu}"), gpu, e))?;

@@ -93,7 +93,7 @@ pub(crate) fn needs_vfs(kind: BackendKind) -> bool {
     matches!(kind, BackendKind::NvidiaVfio | BackendKind::SriovVf)
 }
 
-pub(crate) use mig::profile_by_name;
+pub(crate) use mig::profile_by_name_on;
 pub(crate) use vf_type::mig_profile_id;
 
 /// An identity of the wrong kind for the backend: a bug or a hand-edited store.

@@ -1,0 +1,105 @@
+//! The host's inventory kept current instead of re-discovered for every request.
+//!
+//! A discovery reads every PCI function, mdev parent and GPU through sysfs and the vendor
+//! libraries: a few hundred reads and vendor calls. What it finds changes only when something
+//! changes the host, so the last discovery is kept and handed out until one of:
+//!
+//! - the engine changed the host itself (a sysfs write or a mutating vendor call, counted by
+//!   `host_changes`): the next reader discovers again;
+//! - a device event arrived or a reconcile starts ([`Engine::host_changed`]): the same;
+//! - it is older than [`MAX_AGE`]: a backstop for what nothing announces (another program's
+//!   NVML calls, a link that retrained). The reader that finds it so discovers again.
+//!
+//! NUMA nodes' free memory changes all the time and costs two small reads per node: it is
+//! read fresh for every caller.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use inventory::HostInventory;
+
+use super::handle::Engine;
+
+/// The longest a discovery is handed out without a change having been seen.
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(5);
+
+/// The last discovery and the change count it was read at.
+#[derive(Debug, Default)]
+pub(crate) struct InventoryCache {
+    last: Mutex<Option<Kept>>,
+    /// Held while discovering, so that concurrent readers wait for one discovery instead of
+    /// each making their own.
+    discovering: Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    changes: u64,
+    at: Instant,
+    inventory: Arc<HostInventory>,
+}
+
+impl InventoryCache {
+    fn current(&self, changes: u64) -> Option<Arc<HostInventory>> {
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.as_ref()
+            .filter(|k| k.changes == changes && k.at.elapsed() < MAX_AGE)
+            .map(|k| k.inventory.clone())
+    }
+
+    fn keep(&self, changes: u64, inventory: Arc<HostInventory>) {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Kept {
+            changes,
+            at: Instant::now(),
+            inventory,
+        });
+    }
+}
+
+impl Engine {
+    /// The host's inventory: the last discovery while nothing changed the host (see the module
+    /// documentation), with NUMA free memory read now.
+    pub fn inventory(&self) -> HostInventory {
+        let mut inv = (*self.kept_inventory()).clone();
+        self.refresh_numa(&mut inv);
+        inv
+    }
+
+    /// Something may have changed the host behind the engine's back (a device event): the
+    /// next reader discovers it again.
+    pub fn host_changed(&self) {
+        self.host().changes().bump();
+    }
+
+    /// The last discovery if it is still current, else a new one.
+    pub(super) fn kept_inventory(&self) -> Arc<HostInventory> {
+        let cache = &self.inner.inventory;
+        let changes = self.host().changes();
+        if let Some(inv) = cache.current(changes.now()) {
+            return inv;
+        }
+        let _one = cache
+            .discovering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Another reader may have discovered while this one waited.
+        let seen = changes.now();
+        if let Some(inv) = cache.current(seen) {
+            return inv;
+        }
+        // Counted before reading: a change during the discovery leaves it stale at once.
+        let inv = Arc::new(inventory::discover(&self.host().access));
+        cache.keep(seen, inv.clone());
+        inv
+    }
+
+    fn refresh_numa(&self, inv: &mut HostInventory) {
+        if let Ok((nodes, _)) = numa::nodes(self.host().fs()) {
+            for node in nodes {
+                if let Some(n) = inv.numa_nodes.iter_mut().find(|n| n.id == node.id) {
+                    n.memory_free_mib = node.memory_free_mib;
+                }
+            }
+        }
+    }
+}
