@@ -83,11 +83,11 @@ impl MixEstimator {
     /// than when saved) drop the lightest; shapes with a non-finite or negative count are
     /// dropped, as a hand-edited file could hold them.
     pub fn from_state(config: MixConfig, mut state: MixState) -> Self {
-        state.shapes.retain(|s| s.weight.is_finite() && s.weight > 0.0);
+        state
+            .shapes
+            .retain(|s| s.weight.is_finite() && s.weight > 0.0);
         if state.shapes.len() > config.max_shapes.max(1) {
-            state
-                .shapes
-                .sort_by(|a, b| b.weight.total_cmp(&a.weight));
+            state.shapes.sort_by(|a, b| b.weight.total_cmp(&a.weight));
             state.shapes.truncate(config.max_shapes.max(1));
         }
         let decay = if config.half_life.is_finite() && config.half_life > 0.0 {

@@ -70,6 +70,8 @@ pub(super) struct Inner {
     pub(super) events: broadcast::Sender<Event>,
     /// The agent's counters and histograms (vendor calls count here, the service adds the rest).
     pub(super) metrics: Metrics,
+    /// The demand mix learnt from the requests placed (see `demand_mix`).
+    pub(super) mix: Mutex<sched::MixEstimator>,
 }
 
 impl Engine {
@@ -87,6 +89,9 @@ impl Engine {
             marked::refuse_if_marked(&host, store.path())?;
         }
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
+        let saved = store.get().demand_mix.clone().unwrap_or_default().0;
+        let mix = sched::MixEstimator::from_state(sched::MixConfig::default(), saved);
+        metrics.set_demand_mix(&mix);
         Ok(Engine {
             inner: Arc::new(Inner {
                 host,
@@ -100,6 +105,7 @@ impl Engine {
                 gone: Mutex::new(BTreeSet::new()),
                 events,
                 metrics,
+                mix: Mutex::new(mix),
             }),
         })
     }
