@@ -10,10 +10,9 @@
 //!   included) over the pods seen so far.
 //!
 //! Both re-read the mix after pods 1, 2, 4, … and then every [`REFRESH_EVERY`] pods, not after
-//! every pod: each new mix invalidates the replay's memoised node scores, and refreshing after
-//! every pod made a replay about 50 times slower. That costs nothing measurable: on the
-//! default trace a refresh every 25 pods gave the same figure to 0.01 points (BENCHMARKS.md §1,
-//! "Online mix").
+//! every pod: each new mix invalidates the replay's memoised node scores, which is what makes a
+//! replay fast. That costs nothing measurable: on the default trace a refresh every 25 or every
+//! 500 pods gave the same figure to 0.01 points (BENCHMARKS.md §1, "Online mix").
 
 use std::fmt;
 use std::str::FromStr;

@@ -43,9 +43,11 @@ pub struct MixConfig {
 
 impl Default for MixConfig {
     /// A half-life of 5,000 requests: on the openb replay (a stationary, shuffled trace) every
-    /// half-life from 2,000 up is within 0.02 points of no decay, while a host whose tenants
-    /// change still forgets old demand within a few thousand requests (BENCHMARKS.md §1,
-    /// "Online mix"). A prior of 20 requests: the openb replay is flat from 5 to 100.
+    /// half-life from 200 requests to no decay at all left 3.73-3.76 % unallocated, so the
+    /// trace does not choose; a long one keeps a host's rare large shapes in the mix, and a host
+    /// whose tenants change still forgets old demand within some thousands of requests. A prior
+    /// worth 20 requests: 5 to 100 are equal on that replay, 1,000 cost 0.16 points
+    /// (BENCHMARKS.md §1, "Online mix").
     fn default() -> Self {
         Self {
             half_life: 5_000.0,
