@@ -8,7 +8,8 @@
 //! `select_max`). The `vgpud` policy chooses the node by `sched::host_score` (waste added to a
 //! thousandth of a GPU, then fragmentation added in steps of [`HOST_TIE_GPUS`], then the
 //! capacity left on the GPU taken, then node order) and the GPU by `sched::decide`, treating
-//! every node as one host. `REPLAY_DEBUG=1`
+//! every node as one host. FGD's target workload and vgpud's expected mix come from the whole
+//! list or from the pods seen so far (`--mix-source`, `crate::online`). `REPLAY_DEBUG=1`
 //! prints the first failures and what is left on partly used GPUs at the end.
 
 use std::collections::HashMap;
