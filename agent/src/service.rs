@@ -363,6 +363,11 @@ impl Service {
             .placement_score(&request, &self.scheduling(numa))
     }
 
+    /// The demand mix the default policy has learnt from the requests placed here.
+    pub fn demand_mix(&self) -> crate::engine::DemandMix {
+        self.engine.demand_mix()
+    }
+
     /// For a request that does not fit now, the cheapest re-layout of idle slices (or, with
     /// `allow_busy`, of VMs' slices too) that would make it fit.
     pub fn defrag_advice(

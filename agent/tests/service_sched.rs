@@ -35,6 +35,24 @@ fn alloc(s: &Service, consumer: &str, t: &str) -> Vec<Slice> {
     a.slices.iter().map(|id| s.slice(*id).unwrap()).collect()
 }
 
+/// The default policy with a fixed mix: the A100's seven MIG profiles, equally likely (what the
+/// learnt mix starts from).
+fn offered_a100_profiles() -> sched::Policy {
+    let items = [
+        "1g.10gb",
+        "1g.10gb+me",
+        "1g.20gb",
+        "2g.20gb",
+        "3g.40gb",
+        "4g.40gb",
+        "7g.80gb",
+    ]
+    .iter()
+    .map(|p| sched::WorkItem::slice(sched::SliceRequest::Mig(p.parse().unwrap()), 1.0))
+    .collect();
+    sched::Policy::FragAware(sched::Workload { items })
+}
+
 fn mig_start(slice: &Slice) -> u32 {
     match &slice.identity {
         Identity::Mig { start, .. } => *start,
@@ -52,8 +70,11 @@ fn mig_1g_then_4g_share_a_gpu_under_the_default_policy_but_not_first_fit() {
     assert!(mig_start(&one[0]) >= 4, "{:?}", one[0].identity);
     assert_eq!(four[0].spec.gpu, one[0].spec.gpu);
     assert_eq!(mig_start(&four[0]), 0);
-    // A 3g after another 1g goes to the same GPU's free half rather than to an empty GPU.
-    let (s, _h, _d) = service("dgx-a100", sched::Policy::default());
+    // A 3g after another 1g goes to the same GPU's free half rather than to an empty GPU, when
+    // every offered profile is equally likely. (The default policy learns the mix from the
+    // requests: after these two, 1g and 3g count more, and the 3g then goes to an empty GPU,
+    // keeping 0-3 free beside the 1g for another 3g or a 4g.)
+    let (s, _h, _d) = service("dgx-a100", offered_a100_profiles());
     let one = alloc(&s, "a", "1g.10gb");
     let three = alloc(&s, "b", "3g.40gb");
     assert_eq!(three[0].spec.gpu, one[0].spec.gpu);

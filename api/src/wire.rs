@@ -9,6 +9,7 @@
 //! shape, and one it calls invalid never reaches the engine. Identifiers are accepted in their
 //! canonical spelling only: nothing a client sends becomes a path on the host unchecked.
 
+pub mod demand_mix;
 pub mod events;
 pub mod health;
 pub mod import;

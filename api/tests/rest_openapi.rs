@@ -31,6 +31,7 @@ fn committed_document_matches_the_code() {
         "/v1/allocations/{id}",
         "/v1/layouts",
         "/v1/placement-score",
+        "/v1/demand-mix",
         "/v1/events",
         "/v1/operations/{id}",
         "/healthz",

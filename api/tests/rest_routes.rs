@@ -634,3 +634,44 @@ async fn a_placement_consumer_is_checked_as_a_uuid_and_comes_back_in_the_answer(
         plain.text()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demand_mix_learns_from_allocations_not_from_dry_runs() {
+    let rig = Rig::start("dgx-a100").await;
+    let score = rig
+        .post("/v1/placement-score", json!({"type": "3g.40gb"}))
+        .await;
+    assert_eq!(score.status, 200, "{}", score.text());
+    let empty = rig.get("/v1/demand-mix").await;
+    assert_eq!(empty.status, 200, "{}", empty.text());
+    let empty = empty.json();
+    assert_eq!(
+        empty["requests_seen"], 0,
+        "a dry run is not a request: {empty}"
+    );
+    assert_eq!(empty["prior_share"], 1.0);
+    let body = json!({"consumer": "nova", "request": {"type": "3g.40gb", "count": 2, "vcpus": 4}});
+    let made = rig.post("/v1/allocations", body).await;
+    assert_eq!(made.status, 201, "{}", made.text());
+    let mix = rig.get("/v1/demand-mix").await.json();
+    assert_eq!(mix["requests_seen"], 1, "{mix}");
+    // One request against a prior worth 20: its shape (2 slices, 4 vCPUs) holds 1/21.
+    let learnt = mix["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["slice"] == "mig:3g.40gb" && s["count"] == 2)
+        .expect("the request's shape");
+    assert_eq!(learnt["cpu_milli"], 4000, "{mix}");
+    assert!(
+        (learnt["share"].as_f64().unwrap() - 1.0 / 21.0).abs() < 1e-9,
+        "{mix}"
+    );
+    let shares: f64 = mix["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["share"].as_f64().unwrap())
+        .sum();
+    assert!((shares - 1.0).abs() < 1e-9, "{mix}");
+}

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use ids::{NumaNodeId, PciAddress};
 use sched::{
-    GpuMode, GpuState, MigGeometry, NumaPolicy, NumaState, Policy, Request, SliceChoice,
-    SliceRequest, Snapshot, Vendor, WorkItem, Workload, decide,
+    GpuMode, GpuState, MigGeometry, MixConfig, MixEstimator, NumaPolicy, NumaState, Policy,
+    Request, SliceChoice, SliceRequest, Snapshot, Vendor, WorkItem, Workload, decide,
 };
 
 use crate::openb::Pod;
@@ -174,7 +174,19 @@ fn set_ages(host: &mut Snapshot, arrived: &HashMap<String, f64>, now: f64) {
 }
 
 /// Runs `arrivals` requests at offered `load` (of the host's memory slices) with `policy`.
-pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: u64) -> HostResult {
+/// With `online`, the default policy scores against the mix the daemon's estimator has learnt
+/// from the requests so far (every one, accepted or not, warm-up included), with the host's
+/// offered profiles as the prior, as the engine does; otherwise against `policy`'s own mix.
+pub fn run(
+    samples: &[Sample],
+    policy: &Policy,
+    load: f64,
+    arrivals: u64,
+    seed: u64,
+    online: bool,
+) -> HostResult {
+    let mut estimator = (online && matches!(policy, Policy::FragAware(_)))
+        .then(|| MixEstimator::new(MixConfig::default()));
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut host = h200_host();
     let capacity = 64.0;
@@ -210,7 +222,11 @@ pub fn run(samples: &[Sample], policy: &Policy, load: f64, arrivals: u64, seed: 
             res.offered_slices += u64::from(s.slices);
         }
         set_ages(&mut host, &arrived, now);
-        match decide(&host, &req, policy) {
+        let learnt = estimator.as_mut().map(|e| {
+            e.observe(&req);
+            Policy::FragAware(e.mix(&Workload::offered_by(&host)))
+        });
+        match decide(&host, &req, learnt.as_ref().unwrap_or(policy)) {
             Ok(d) => {
                 if counted {
                     res.accepted += 1;

@@ -10,6 +10,7 @@ mod daemon_profile;
 mod host;
 mod latency;
 mod mix;
+mod online;
 mod replay;
 mod scrape;
 mod simcost;
@@ -66,6 +67,11 @@ enum Cmd {
         /// size; the draw is seeded with each run's seed.
         #[arg(long)]
         mix: Option<mix::Mix>,
+        /// Where FGD's and vgpud's expected demand mix comes from: `oracle` (the whole pod
+        /// list, before the replay, as the FGD paper's simulator does) or `online` (the pods
+        /// seen so far: vgpud with the daemon's estimator, FGD with its own rule).
+        #[arg(long, default_value_t = online::MixSource::Oracle)]
+        mix_source: online::MixSource,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -88,6 +94,11 @@ enum Cmd {
         /// best-fit always runs, as the paired baseline.
         #[arg(long, default_value = "all")]
         policies: String,
+        /// The default policy's demand mix: `online` (learnt from the requests so far by the
+        /// daemon's estimator, as the daemon runs it) or `oracle` (the samples' profile
+        /// frequencies, known in advance).
+        #[arg(long, default_value_t = online::MixSource::Online)]
+        mix_source: online::MixSource,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -187,6 +198,7 @@ fn sched_host(
     loads: &str,
     seeds: &str,
     names: &str,
+    source: online::MixSource,
     json_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let pods = openb::read_pods_with_lifetime(&pods)?;
@@ -232,7 +244,14 @@ fn sched_host(
                     let Some(policy) = policies.get(p) else {
                         break;
                     };
-                    let r = host::run(&samples, policy, load, arrivals, seed);
+                    let r = host::run(
+                        &samples,
+                        policy,
+                        load,
+                        arrivals,
+                        seed,
+                        source == online::MixSource::Online,
+                    );
                     if let Ok(mut v) = results.lock() {
                         v.push((p, load, seed, r));
                     }
@@ -301,7 +320,7 @@ fn sched_host(
         }
     }
     println!(
-        "{} runs ({} seeds) of {arrivals} arrivals in {:.1} s; ± is the standard deviation over seeds",
+        "{} runs ({} seeds) of {arrivals} arrivals in {:.1} s, {source} mix; ± is the standard deviation over seeds",
         jobs.len(),
         seeds.len(),
         start.elapsed().as_secs_f64()
@@ -309,7 +328,9 @@ fn sched_host(
     if let Some(path) = json_out {
         std::fs::write(
             &path,
-            serde_json::to_string_pretty(&json!({"seeds": seeds, "results": out}))?,
+            serde_json::to_string_pretty(
+                &json!({"seeds": seeds, "mix_source": source.to_string(), "results": out}),
+            )?,
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -379,24 +400,31 @@ fn parse_policies(s: &str) -> anyhow::Result<Vec<ReplayPolicy>> {
 /// The pod list the published figures were measured on.
 const DEFAULT_POD_LIST: &str = "openb_pod_list_default.csv";
 
-/// Allocated share at the end minus BestFit's on the same seed, in points: the mean over the
-/// seeds and the worst seed. `None` when BestFit did not run.
-fn paired_vs_best_fit(
+/// Allocated share at the end minus `base`'s on the same seed, in points: the mean over the
+/// seeds and the worst seed. `None` when `base` did not run.
+fn paired_vs(
     results: &[(ReplayPolicy, u64, replay::ReplayResult)],
     p: ReplayPolicy,
+    base: ReplayPolicy,
 ) -> Option<(f64, f64)> {
     let diffs: Vec<f64> = results
         .iter()
         .filter(|(q, _, _)| *q == p)
         .filter_map(|(_, seed, r)| {
-            let best_fit = results
-                .iter()
-                .find(|(q, s, _)| *q == ReplayPolicy::BestFit && s == seed)?;
-            Some(r.at_end - best_fit.2.at_end)
+            let b = results.iter().find(|(q, s, _)| *q == base && s == seed)?;
+            Some(r.at_end - b.2.at_end)
         })
         .collect();
     let worst = diffs.iter().copied().reduce(f64::min)?;
     Some((mean_sd(&diffs).0, worst))
+}
+
+/// [`paired_vs`] BestFit.
+fn paired_vs_best_fit(
+    results: &[(ReplayPolicy, u64, replay::ReplayResult)],
+    p: ReplayPolicy,
+) -> Option<(f64, f64)> {
+    paired_vs(results, p, ReplayPolicy::BestFit)
 }
 
 /// Published means of the FGD paper on the default openb trace (allocated % at 130 %).
@@ -428,6 +456,7 @@ fn sched_replay(
     load: f64,
     threads: Option<usize>,
     mix: Option<mix::Mix>,
+    source: online::MixSource,
     json_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let nodes = openb::read_nodes(&nodes)?;
@@ -471,7 +500,7 @@ fn sched_replay(
                     };
                     let t = Instant::now();
                     let list = replay::inflate(pods, &nodes, load / 100.0, seed);
-                    let r = replay::replay(&nodes, pods, &list, p, seed);
+                    let r = replay::replay(&nodes, pods, &list, p, seed, source);
                     eprintln!(
                         "{:>13} seed {seed}: {:.2} % at 100, {:.2} % at {load}, {} of {} pods failed ({:.1} s)",
                         p.name(),
@@ -490,8 +519,9 @@ fn sched_replay(
     });
     let results = results.into_inner().unwrap_or_default();
     // The published figures are for the default list; a variant or a mix has none.
-    let is_default_list =
-        mix.is_none() && pods_path.file_name() == Some(std::ffi::OsStr::new(DEFAULT_POD_LIST));
+    let is_default_list = mix.is_none()
+        && source == online::MixSource::Oracle
+        && pods_path.file_name() == Some(std::ffi::OsStr::new(DEFAULT_POD_LIST));
     let mut table = serde_json::Map::new();
     println!(
         "{:<14} {:>9} {:>9} {:>7} {:>12} {:>10} {:>7} {:>13}",
@@ -511,6 +541,7 @@ fn sched_replay(
         let (m, sd) = mean_sd(&runs.iter().map(|(_, _, r)| r.at_end).collect::<Vec<_>>());
         let pubd = is_default_list.then(|| published(*p)).flatten();
         let vs_best_fit = paired_vs_best_fit(&results, *p);
+        let vs_fgd = paired_vs(&results, *p, ReplayPolicy::Fgd);
         println!(
             "{:<14} {:>8.2}% {:>8.2}% {:>7.2} {:>11.2}% {:>10} {:>7} {:>13}",
             p.name(),
@@ -528,11 +559,13 @@ fn sched_replay(
             p.name().to_owned(),
             json!({"allocated_pct_at_100": m100, "allocated_pct_at_130": m, "stdev_at_130": sd,
                    "vs_best_fit_pts": vs_best_fit.map(|(d, _)| d),
-                   "vs_best_fit_worst_seed_pts": vs_best_fit.map(|(_, w)| w)}),
+                   "vs_best_fit_worst_seed_pts": vs_best_fit.map(|(_, w)| w),
+                   "vs_fgd_pts": vs_fgd.map(|(d, _)| d),
+                   "vs_fgd_worst_seed_pts": vs_fgd.map(|(_, w)| w)}),
         );
     }
     println!(
-        "{} runs ({} seeds) in {:.1} s on {threads} threads",
+        "{} runs ({} seeds) in {:.1} s on {threads} threads, {source} mix",
         jobs.len(),
         seeds.len(),
         start.elapsed().as_secs_f64()
@@ -540,6 +573,7 @@ fn sched_replay(
     if let Some(out) = json_out {
         let mix = mix.map(|m| m.to_string());
         let doc = json!({"policies": table, "seeds": seeds, "load_pct": load, "mix": mix,
+                         "mix_source": source.to_string(),
                          "pods": pods_path.display().to_string()});
         std::fs::write(&out, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", out.display()))?;
@@ -557,16 +591,20 @@ fn main() -> anyhow::Result<()> {
             load,
             threads,
             mix,
+            mix_source,
             json,
-        } => sched_replay(nodes, pods, &seeds, &policies, load, threads, mix, json),
+        } => sched_replay(
+            nodes, pods, &seeds, &policies, load, threads, mix, mix_source, json,
+        ),
         Cmd::SchedHost {
             pods,
             arrivals,
             loads,
             seeds,
             policies,
+            mix_source,
             json,
-        } => sched_host(pods, arrivals, &loads, &seeds, &policies, json),
+        } => sched_host(pods, arrivals, &loads, &seeds, &policies, mix_source, json),
         Cmd::SchedLatency {
             live,
             decisions,

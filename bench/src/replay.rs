@@ -8,7 +8,8 @@
 //! `select_max`). The `vgpud` policy chooses the node by `sched::host_score` (waste added to a
 //! thousandth of a GPU, then fragmentation added in steps of [`HOST_TIE_GPUS`], then the
 //! capacity left on the GPU taken, then node order) and the GPU by `sched::decide`, treating
-//! every node as one host. `REPLAY_DEBUG=1`
+//! every node as one host. FGD's target workload and vgpud's expected mix come from the whole
+//! list or from the pods seen so far (`--mix-source`, `crate::online`). `REPLAY_DEBUG=1`
 //! prints the first failures and what is left on partly used GPUs at the end.
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use sched::{
     SliceChoice, SliceRequest, Snapshot, Vendor, WorkItem, Workload,
 };
 
+use crate::online::{MixSource, OnlineMix, pod_shape};
 use crate::openb::{Node, Pod, Typical, typical_pods};
 
 /// Fragmentation differences below this many GPUs count as equal when vgpud compares nodes
@@ -226,6 +228,21 @@ impl<'a> Cluster<'a> {
             vgpud_memo: HashMap::new(),
             first_tie: std::env::var_os("REPLAY_RANDOM_TIE").is_none(),
             debug_shares: None,
+        }
+    }
+
+    /// Takes the mix learnt so far; the memoised scores belong to the old one.
+    fn relearn(&mut self, policy: ReplayPolicy, mix: &OnlineMix) {
+        match policy {
+            ReplayPolicy::Vgpud => {
+                self.vgpud = Some(mix.vgpud_policy());
+                self.vgpud_memo.clear();
+            }
+            ReplayPolicy::Fgd => {
+                self.typical = mix.fgd_typical();
+                self.frag_memo.clear();
+            }
+            _ => {}
         }
     }
 
@@ -656,17 +673,8 @@ pub fn vgpud_policy(typical: &[Typical]) -> Policy {
             .iter()
             .filter(|t| t.num_gpu > 0 && t.gpu_milli > 0)
             .map(|t| WorkItem {
-                slice: SliceRequest::Fraction(t.gpu_milli),
-                count: t.num_gpu,
-                cpu_milli: t.cpu_milli,
-                memory_mib: 0,
                 weight: t.p,
-                models: t
-                    .gpu_spec
-                    .split('|')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
+                ..pod_shape(t.cpu_milli, t.gpu_milli, t.num_gpu, &t.gpu_spec)
             })
             .collect(),
     })
@@ -679,10 +687,20 @@ pub fn replay(
     pods: &[Pod],
     policy: ReplayPolicy,
     seed: u64,
+    source: MixSource,
 ) -> ReplayResult {
     let typical = typical_pods(original, 95.0);
     let mut cluster = Cluster::new(nodes, typical.clone(), seed);
-    if policy == ReplayPolicy::Vgpud {
+    // The daemon's prior: every shape a node offers (all nodes offer the same shares).
+    let mut online = (source == MixSource::Online).then(|| {
+        let (config, refresh) = crate::online::settings();
+        OnlineMix::new(config, Workload::offered_by(&cluster.snapshot(0)), refresh)
+    });
+    if online.is_some() {
+        cluster.typical = Vec::new();
+        cluster.vgpud =
+            (policy == ReplayPolicy::Vgpud).then(|| Policy::FragAware(Workload::default()));
+    } else if policy == ReplayPolicy::Vgpud {
         // The whole observed mix, rare large shapes included: an 8-GPU pod is 0.5 % of pods
         // and falls outside FGD's 95 % cut, yet it is what empty nodes must be kept for.
         cluster.vgpud = Some(vgpud_policy(&typical_pods(original, 100.0)));
@@ -717,6 +735,11 @@ pub fn replay(
     let mut failed_by_shape: HashMap<u32, u32> = HashMap::new();
     for pod in pods {
         arrived += pod.total_milli();
+        if let Some(m) = online.as_mut()
+            && m.observe(pod)
+        {
+            cluster.relearn(policy, m);
+        }
         if cluster.schedule(policy, pod) {
             used += pod.total_milli();
         } else {
@@ -894,14 +917,21 @@ mod tests {
         let nodes = vec![node("a", 2), node("b", 2)];
         let pods = vec![pod(1, 500); 8];
         for p in ReplayPolicy::ALL {
-            let r = replay(&nodes, &pods, &pods, p, 1);
+            let r = replay(&nodes, &pods, &pods, p, 1, MixSource::Oracle);
             assert_eq!(r.failed, 0, "{}", p.name());
             assert_eq!(r.at_end, 100.0, "{}", p.name());
         }
         // Two half shares then a whole GPU: the halves must share one GPU for the whole to fit.
         let nodes = vec![node("a", 2)];
         let pods = vec![pod(1, 500), pod(1, 500), pod(1, 1000)];
-        let r = replay(&nodes, &pods, &pods, ReplayPolicy::Vgpud, 1);
+        let r = replay(
+            &nodes,
+            &pods,
+            &pods,
+            ReplayPolicy::Vgpud,
+            1,
+            MixSource::Oracle,
+        );
         assert_eq!(r.failed, 0);
     }
 

@@ -79,7 +79,8 @@
 //! use: for each request shape, the capacity on GPUs where it does not fit (wrong MIG slots,
 //! another vGPU size on the GPU, a remainder too small, no CPU or memory left on the GPU's NUMA
 //! node), or everything when the host cannot take that shape at all. The workload defaults to
-//! every shape the host's GPUs offer, equally likely; the engine should pass the observed mix.
+//! every shape the host's GPUs offer, equally likely; the engine passes the mix it has learnt
+//! from the requests it has seen ([`MixEstimator`], with that default as its prior).
 //! Unlike FGD's scorer, the measure is compared exactly (no rounding to integer scores, no random
 //! tie-breaking): ties go to best fit, which keeps empty GPUs empty for large requests. The CPU
 //! and memory of each shape are part of the measure (a GPU whose NUMA node cannot feed a shape
@@ -102,6 +103,7 @@ mod edit;
 mod error;
 mod frag;
 pub mod mig;
+mod mix_estimate;
 mod model;
 mod waste;
 
@@ -113,6 +115,7 @@ pub use defrag::{BUSY_MOVE_COST, DefragAdvice, DefragPlan, IDLE_MOVE_COST, Move,
 pub use edit::{add_slice, remove_slice, request_of, slices_of};
 pub use error::SchedError;
 pub use frag::{WorkItem, Workload};
+pub use mix_estimate::{MEMORY_BUCKET_MIB, MixConfig, MixEstimator, MixState};
 pub use model::{
     AffinityRule, AffinityScope, FractionalShare, GPU_UNITS, GpuMode, GpuState, LinkPolicy,
     MdevInstance, MdevOffer, MigGeometry, MigInstance, MigShape, NumaPolicy, NumaState, Occupant,

@@ -54,8 +54,9 @@ pub enum Command {
     /// Declared layouts.
     #[command(subcommand)]
     Layouts(LayoutsCommand),
-    /// Would this host take a request, and how well (a dry run).
-    Score(RequestArgs),
+    /// Would this host take a request, and how well (a dry run); with --mix, the demand mix it
+    /// scores against.
+    Score(ScoreArgs),
     /// Follow events (slice, allocation, drift, layout) until interrupted.
     Events {
         /// Stop after this many events.
@@ -171,6 +172,18 @@ pub struct RequestArgs {
     /// The VM's memory, MiB.
     #[arg(long)]
     pub memory_mib: Option<u64>,
+}
+
+/// `vgpuctl score ...`
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// Show the request mix the default policy scores against (learnt from the requests this
+    /// host was asked to place) instead of scoring a request.
+    #[arg(long, conflicts_with = "slice_type")]
+    pub mix: bool,
+    /// The request to score.
+    #[command(flatten)]
+    pub request: Option<RequestArgs>,
 }
 
 /// `vgpuctl layouts ...`

@@ -15,7 +15,9 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser};
 use serde_json::{Value, json};
 
-use cli::{AllocCommand, Cli, Command, GpuCommand, LayoutsCommand, RequestArgs, SliceCommand};
+use cli::{
+    AllocCommand, Cli, Command, GpuCommand, LayoutsCommand, RequestArgs, ScoreArgs, SliceCommand,
+};
 use table::{Table, cell};
 use vgpuctl::client::{Client, Failure};
 
@@ -169,7 +171,13 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             no_wait,
         }) => set_layouts(&client, json, file, if_match.as_deref(), *no_wait).await,
         Command::Layouts(LayoutsCommand::Import(args)) => import::run(&client, json, args).await,
-        Command::Score(request) => {
+        Command::Score(ScoreArgs { mix: true, .. }) => {
+            show(json, client.get("/v1/demand-mix").await?, mix_text)
+        }
+        Command::Score(ScoreArgs {
+            request: Some(request),
+            ..
+        }) => {
             let score = client
                 .call(
                     "POST",
@@ -181,6 +189,9 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
                 .body;
             show(json, score, score_text)
         }
+        Command::Score(ScoreArgs { request: None, .. }) => Err(Failure::Other(
+            "score needs a request (--type ...) or --mix".into(),
+        )),
         Command::Events { count } => events(&client, json, *count).await,
         Command::Completions { shell } => {
             let mut out = Vec::new();
@@ -565,9 +576,73 @@ fn score_text(v: &Value) -> String {
     out
 }
 
+/// `score --mix`: the counts, then one row per shape with its share in percent.
+fn mix_text(v: &Value) -> String {
+    let share = |x: &Value| {
+        x.as_f64()
+            .map_or("-".to_owned(), |s| format!("{:.1}%", s * 100.0))
+    };
+    let mut out = format!(
+        "requests seen {}  prior share {}  half-life {} requests\n",
+        cell(&v["requests_seen"]),
+        share(&v["prior_share"]),
+        cell(&v["half_life_requests"])
+    );
+    let mut t = Table::new(&["SHARE", "SLICE", "COUNT", "CPU", "MEMORY MIB", "MODELS"]);
+    for s in v["shapes"].as_array().into_iter().flatten() {
+        let models: Vec<&str> = s["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let cpu = s["cpu_milli"]
+            .as_f64()
+            .map_or("-".to_owned(), |c| format!("{}", c / 1000.0));
+        t.row(vec![
+            share(&s["share"]),
+            cell(&s["slice"]),
+            cell(&s["count"]),
+            cpu,
+            cell(&s["memory_mib"]),
+            if models.is_empty() {
+                "any".to_owned()
+            } else {
+                models.join("|")
+            },
+        ]);
+    }
+    out.push_str(&t.render());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mix_shows_shares_in_percent_heaviest_first() {
+        let v = json!({"requests_seen": 3, "prior_share": 0.25, "half_life_requests": 5000.0,
+            "shapes": [
+                {"slice": "mig:1g.10gb", "count": 1, "cpu_milli": 4000, "memory_mib": 8192,
+                 "models": [], "share": 0.5},
+                {"slice": "gpu", "count": 2, "cpu_milli": 0, "memory_mib": 0,
+                 "models": ["A100", "H100"], "share": 0.25}]});
+        let text = mix_text(&v);
+        assert!(
+            text.starts_with("requests seen 3  prior share 25.0%"),
+            "{text}"
+        );
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert!(
+            rows[0].contains("50.0%") && rows[0].contains("mig:1g.10gb"),
+            "{text}"
+        );
+        assert!(
+            rows[1].contains("A100|H100") && rows[1].contains(" 2 "),
+            "{text}"
+        );
+    }
 
     #[test]
     fn kinds_parse() {

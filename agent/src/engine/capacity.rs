@@ -52,7 +52,7 @@ impl Engine {
         let claims: HashSet<SliceId> = lock(&self.inner.claims).clone();
         let own = self.read(|d| Ownership::of(d, &claims));
         let view = snapshot::build(inventory, &own, None, None, &CpuSet::default());
-        let host_workload = sched::Workload::offered_by(&view.snap);
+        let host_workload = self.demand_mix_on(&view.snap).mix;
         inventory
             .gpus
             .iter()

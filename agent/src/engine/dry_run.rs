@@ -56,6 +56,13 @@ impl Engine {
         scheduling: &Scheduling,
     ) -> Result<PlacementScore> {
         let (mut view, ask, alloc) = self.dry_run_view(request, scheduling)?;
+        // Scored as a real request would be placed, against the learnt mix; a dry run is not
+        // a request, so it is not counted.
+        let learnt = Scheduling {
+            policy: self.with_learnt_mix(&scheduling.policy, &view.snap),
+            ..scheduling.clone()
+        };
+        let scheduling = &learnt;
         let policy = &scheduling.policy;
         let workload = match policy {
             sched::Policy::FragAware(w) if !w.items.is_empty() => w.clone(),
@@ -130,11 +137,7 @@ impl Engine {
     ) -> Result<sched::DefragAdvice> {
         let (view, ask, alloc) = self.dry_run_view(request, scheduling)?;
         let sreq = sched_request(&alloc, &ask, scheduling, 0);
-        Ok(sched::defrag_advice(
-            &view.snap,
-            &sreq,
-            &scheduling.policy,
-            allow_busy,
-        ))
+        let policy = self.with_learnt_mix(&scheduling.policy, &view.snap);
+        Ok(sched::defrag_advice(&view.snap, &sreq, &policy, allow_busy))
     }
 }

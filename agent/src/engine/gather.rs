@@ -58,6 +58,17 @@ impl Engine {
         let Some(ask) = view.ask.clone() else {
             return self.gather(specs, req.request.count, picked, created);
         };
+        // Counted as one request of `count` slices (the shape the mix is about), before it is
+        // decided, so refusals count too; then placed against the mix including it.
+        self.observe_demand(&sched::Request {
+            count: req.request.count.max(1),
+            ..sched_request(req, &ask, scheduling, 0)
+        });
+        let learnt = Scheduling {
+            policy: self.with_learnt_mix(&scheduling.policy, &view.snap),
+            ..scheduling.clone()
+        };
+        let scheduling = &learnt;
         for index in 0..req.request.count {
             let sreq = sched_request(req, &ask, scheduling, index);
             match self.place_one(&mut view, specs, &sreq, scheduling) {

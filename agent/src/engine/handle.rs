@@ -73,6 +73,8 @@ pub(super) struct Inner {
     pub(super) metrics: Metrics,
     /// The last discovery of the host, while nothing changed it.
     pub(super) inventory: InventoryCache,
+    /// The demand mix learnt from the requests placed (see `demand_mix`).
+    pub(super) mix: Mutex<sched::MixEstimator>,
 }
 
 impl Engine {
@@ -90,6 +92,9 @@ impl Engine {
             marked::refuse_if_marked(&host, store.path())?;
         }
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
+        let saved = store.get().demand_mix.clone().unwrap_or_default().0;
+        let mix = sched::MixEstimator::from_state(sched::MixConfig::default(), saved);
+        metrics.set_demand_mix(&mix);
         Ok(Engine {
             inner: Arc::new(Inner {
                 host,
@@ -104,6 +109,7 @@ impl Engine {
                 events,
                 metrics,
                 inventory: InventoryCache::default(),
+                mix: Mutex::new(mix),
             }),
         })
     }

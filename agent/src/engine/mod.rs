@@ -16,6 +16,7 @@ mod alloc;
 mod backend;
 mod capacity;
 mod claim;
+mod demand_mix;
 mod dry_run;
 mod error;
 mod events;
@@ -59,6 +60,7 @@ mod view;
 
 pub use alloc::Finish;
 pub use capacity::{GpuCapacity, TypeCapacity};
+pub use demand_mix::{DemandMix, slice_name};
 pub use error::{EngineError, Result};
 pub use events::Event;
 pub use handle::{Engine, EngineConfig};

@@ -7,10 +7,12 @@ use serde::{Deserialize, Serialize};
 use super::layout::{AmdPartition, Layout};
 use super::model::{Allocation, AllocationId, DeviceRef, Identity, SliceId, SliceSpec};
 
-/// The store's schema: `vgpud-state.json`, version 1.
+/// The store's schema: `vgpud-state.json`, version 2. Version 2 added `demand_mix`; a version 1
+/// file reads as one without it. The version was raised because an older build, which refuses
+/// unknown fields, would otherwise call a file with a learnt mix corrupt instead of newer.
 pub(crate) const SCHEMA: store::Schema = store::Schema {
     name: "vgpud-state",
-    version: 1,
+    version: 2,
 };
 
 /// A slice vgpud created (the ownership ledger's entry).
@@ -83,6 +85,10 @@ pub(crate) struct Desired {
     /// loads in builds that predate quarantine.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) quarantine: BTreeMap<ids::PciAddress, super::quarantine_record::Quarantine>,
+    /// The demand mix learnt from the requests placed here (see `demand_mix`); absent until
+    /// the first request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) demand_mix: Option<super::demand_mix::StoredMix>,
 }
 
 impl Desired {

@@ -5,6 +5,7 @@
 //! One [`Metrics`] lives in the engine ([`crate::engine::Engine::metrics`]); every clone shares
 //! it. [`render`] turns it and the telemetry cache's latest snapshot into OpenMetrics text.
 
+mod demand_mix;
 mod labels;
 mod placement;
 pub mod process;
@@ -49,6 +50,7 @@ pub struct Metrics {
     telemetry_poll_duration: Histogram,
     telemetry_errors: Family<Labels, Counter>,
     placement_consumer_checks: Family<Labels, Counter>,
+    demand_mix: demand_mix::DemandMixGauges,
 }
 
 impl Default for Metrics {
@@ -69,6 +71,7 @@ impl Default for Metrics {
             telemetry_poll_duration: latency_histogram(),
             telemetry_errors: Family::default(),
             placement_consumer_checks: Family::default(),
+            demand_mix: demand_mix::DemandMixGauges::default(),
         }
     }
 }
@@ -178,8 +181,14 @@ impl Metrics {
             .inc();
     }
 
+    /// The demand mix the engine has learnt, after a request was counted (or at start).
+    pub fn set_demand_mix(&self, mix: &sched::MixEstimator) {
+        self.demand_mix.set(mix);
+    }
+
     /// Registers every counter and histogram (shared, not copied) in `registry`.
     pub(crate) fn register(&self, registry: &mut Registry) {
+        self.demand_mix.register(registry);
         registry.register(
             "vgpud_allocation_duration_seconds",
             "Allocation requests from received to slices ready",

@@ -18,6 +18,7 @@ use super::AppState;
 use super::extract::{ApiJson, blocking, blocking_ok, json_errors};
 use super::{auth, metrics, openapi};
 use crate::error::{ApiError, ErrorBody};
+use crate::wire::demand_mix::DemandMix;
 use crate::wire::events::Event;
 use crate::wire::inventory::{Gpu, GpuDetail, Host};
 use crate::wire::layouts::{LayoutsRequest, LayoutsView, Operation, etag_of};
@@ -40,6 +41,7 @@ pub(super) fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(list_allocations, create_allocation))
         .routes(routes!(get_allocation, release_allocation))
         .routes(routes!(placement_score))
+        .routes(routes!(demand_mix))
         .routes(routes!(super::placement::get_placement))
         .routes(routes!(get_layouts, put_layouts))
         .routes(routes!(super::import::import_layouts))
@@ -155,6 +157,19 @@ async fn placement_score(
     let service = st.service.clone();
     let score = blocking(move || service.placement_score(req)).await?;
     Ok(Json(PlacementScore::from(&score)))
+}
+
+/// The request mix the default policy scores against: the shapes of the allocation requests
+/// this host was asked to place (granted or refused), older ones decayed, blended with a
+/// prior of every shape the host offers until enough have been seen.
+#[utoipa::path(get, path = "/v1/demand-mix", tag = "allocations",
+    responses(
+        (status = 200, description = "The learnt mix", body = DemandMix),
+        (status = 401, description = "The connection carries no identity", body = ErrorBody)))]
+async fn demand_mix(State(st): State<AppState>) -> Result<Json<DemandMix>, ApiError> {
+    let service = st.service.clone();
+    let mix = blocking_ok(move || service.demand_mix()).await?;
+    Ok(Json(DemandMix::from(&mix)))
 }
 
 // ---- slices ----
