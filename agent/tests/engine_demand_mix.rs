@@ -95,3 +95,33 @@ fn metrics_show_the_learnt_shares() {
     // Two requests against a prior of 20 pseudo-requests.
     assert!((prior - 20.0 / 22.0).abs() < 1e-3, "{prior}");
 }
+
+/// What the store holds of the mix: the number of requests counted, read from the file.
+fn stored_seen(dir: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(dir.join("vgpud-state.json")).unwrap();
+    let (_header, body) = text.split_once('\n').unwrap();
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    body["demand_mix"]["seen"].as_u64().unwrap_or(0)
+}
+
+/// Refused requests count, but a client sending them does not make the daemon write the disk
+/// for each: the counts go to the store at most every few seconds, and all of them when the
+/// engine closes.
+#[test]
+fn counts_are_saved_at_most_every_interval_and_when_the_engine_closes() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = engine(&h, dir.path());
+        e.allocate(request("first", "nvidia-222", Some(T4)))
+            .unwrap();
+        assert_eq!(stored_seen(dir.path()), 1);
+        // The T4 holds 16 of them; the 20 after those are refused by the scheduler.
+        for i in 1..36 {
+            let _ = e.allocate(request(&format!("c{i}"), "nvidia-222", Some(T4)));
+        }
+        assert_eq!(e.demand_mix().seen, 36);
+        assert_eq!(stored_seen(dir.path()), 1, "saved before the interval");
+    }
+    assert_eq!(stored_seen(dir.path()), 36, "saved when the engine closed");
+}

@@ -5,15 +5,67 @@
 //! whether it is then granted or refused: refused demand is what the host should have kept
 //! room for. An idempotent retry answered from the store is not counted again; a request for a
 //! type no GPU here offers never reaches the scheduler and is not demand this host can serve.
-//! The estimate is written to the state store with each count (under the estimator's lock, so
-//! two requests cannot write their counts out of order) and read back when the engine opens,
-//! so a restart keeps it. Only the default policy with no configured mix uses it; the prior
+//! The estimate is written to the state store (under the estimator's lock, so two requests
+//! cannot write their counts out of order) at most every [`SAVE_EVERY`] and when the engine
+//! closes, and read back when the engine opens, so a restart keeps it. Not with each count: a
+//! state write is an fsync, and a client sending requests the host refuses would otherwise
+//! make the daemon write the disk for each; a crash loses at most the last interval's counts,
+//! which the decay would soon forget anyway. Only the default policy with no configured mix uses it; the prior
 //! is what that policy used before (every shape the host offers, equally likely).
+
+use std::sync::PoisonError;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::handle::Engine;
+use super::handle::{Engine, Inner};
 use super::locks::lock;
+
+/// The longest counts stay only in memory.
+pub(crate) const SAVE_EVERY: Duration = Duration::from_secs(10);
+
+/// The estimator with what of it the store has.
+#[derive(Debug)]
+pub(crate) struct LearntMix {
+    estimator: sched::MixEstimator,
+    saved_at: Option<Instant>,
+    unsaved: bool,
+}
+
+impl LearntMix {
+    pub(crate) fn new(estimator: sched::MixEstimator) -> Self {
+        Self {
+            estimator,
+            saved_at: None,
+            unsaved: false,
+        }
+    }
+
+    fn stored(&self) -> StoredMix {
+        StoredMix(self.estimator.state().clone())
+    }
+}
+
+impl std::ops::Deref for LearntMix {
+    type Target = sched::MixEstimator;
+    fn deref(&self) -> &Self::Target {
+        &self.estimator
+    }
+}
+
+impl Drop for Inner {
+    /// Counts not yet written go to the store when the engine closes.
+    fn drop(&mut self) {
+        let mix = self.mix.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if mix.unsaved {
+            let state = mix.stored();
+            let store = self.store.get_mut().unwrap_or_else(PoisonError::into_inner);
+            if let Err(e) = store.update(|d| d.demand_mix = Some(state)) {
+                tracing::warn!(error = %e, "the demand mix could not be saved");
+            }
+        }
+    }
+}
 
 /// The estimate as the state document holds it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -58,15 +110,22 @@ pub struct DemandMix {
 }
 
 impl Engine {
-    /// Counts a request the scheduler is about to place and persists the estimate. A failed
+    /// Counts a request the scheduler is about to place; the estimate is saved when due. A failed
     /// write is logged and the count kept in memory: losing a count must not refuse a request.
     pub(crate) fn observe_demand(&self, req: &sched::Request) {
         let mut mix = lock(&self.inner.mix);
-        mix.observe(req);
-        let state = StoredMix(mix.state().clone());
+        mix.estimator.observe(req);
         self.inner.metrics.set_demand_mix(&mix);
-        if let Err(e) = self.write(|d| d.demand_mix = Some(state)) {
-            tracing::warn!(error = %e, "the demand mix could not be saved");
+        mix.unsaved = true;
+        if mix.saved_at.is_some_and(|t| t.elapsed() < SAVE_EVERY) {
+            return;
+        }
+        match self.write(|d| d.demand_mix = Some(mix.stored())) {
+            Ok(()) => {
+                mix.saved_at = Some(Instant::now());
+                mix.unsaved = false;
+            }
+            Err(e) => tracing::warn!(error = %e, "the demand mix could not be saved"),
         }
     }
 

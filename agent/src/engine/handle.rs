@@ -11,6 +11,7 @@ use ids::PciAddress;
 use inventory::HostAccess;
 use tokio::sync::broadcast;
 
+use super::demand_mix::LearntMix;
 use super::error::Result;
 use super::events::Event;
 use super::inventory_cache::InventoryCache;
@@ -74,7 +75,7 @@ pub(super) struct Inner {
     /// The last discovery of the host, while nothing changed it.
     pub(super) inventory: InventoryCache,
     /// The demand mix learnt from the requests placed (see `demand_mix`).
-    pub(super) mix: Mutex<sched::MixEstimator>,
+    pub(super) mix: Mutex<LearntMix>,
 }
 
 impl Engine {
@@ -109,7 +110,7 @@ impl Engine {
                 events,
                 metrics,
                 inventory: InventoryCache::default(),
-                mix: Mutex::new(mix),
+                mix: Mutex::new(LearntMix::new(mix)),
             }),
         })
     }
