@@ -266,11 +266,7 @@ impl SimNvml {
         f: impl FnOnce(&State, &Hw) -> Result<T, NvmlCode>,
     ) -> NvmlResult<T> {
         self.fault(calls, index)?;
-        self.host
-            .store()
-            .read(|v| f(v.state, v.hw))
-            .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
-            .map_err(|c| Self::err(calls, c))
+        Self::answer(calls, self.host.store().read(|v| f(v.state, v.hw)))
     }
 
     /// A call that changes the GPU; a failure changes nothing.
@@ -281,11 +277,7 @@ impl SimNvml {
         f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
     ) -> NvmlResult<T> {
         self.fault(calls, Some(index))?;
-        self.host
-            .store()
-            .write(f)
-            .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
-            .map_err(|c| Self::err(calls, c))
+        Self::answer(calls, self.host.store().write(f))
     }
 
     /// [`Self::act`] for a change sysfs does not show (the telemetry walk's step).
@@ -296,10 +288,15 @@ impl SimNvml {
         f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
     ) -> NvmlResult<T> {
         self.fault(calls, Some(index))?;
-        self.host
-            .store()
-            .write_volatile(f)
-            .map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
+        Self::answer(calls, self.host.store().write_volatile(f))
+    }
+
+    /// A store call's outcome as NVML answers: a store that failed is `UNKNOWN`.
+    fn answer<T>(
+        calls: &'static [&'static str],
+        out: Result<Result<T, NvmlCode>, crate::SimError>,
+    ) -> NvmlResult<T> {
+        out.map_err(|_| Self::err(calls, NvmlCode::UNKNOWN))?
             .map_err(|c| Self::err(calls, c))
     }
 }

@@ -259,25 +259,9 @@ impl Store {
         &self,
         f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
     ) -> Result<Result<T, E>, SimError> {
-        let mut cache = self.lock_cache();
-        let _guard = self.file_lock(LockKind::Exclusive)?;
-        self.refresh(&mut cache)?;
-        let mut next = cache.state.clone();
-        let hw = cache.hw.clone();
-        let out = f(&mut next, &hw);
-        if out.is_ok() && next != cache.state {
-            // The kernel announces each change it makes; so does the model.
-            crate::uevent::record(&cache.state, &mut next, &hw);
-            let stamp = self.save(&next)?;
-            cache.state = next;
-            cache.tree = None;
-            cache.stamp = Some(stamp);
-        }
-        Ok(out)
+        self.change(Change::Shown, f)
     }
-}
 
-impl Store {
     /// [`Store::write`] for what neither sysfs shows nor a uevent announces (the telemetry
     /// walk): the sysfs tree stays rendered, no uevent is looked for, and the state file is
     /// replaced by rename without syncing it (a crashed process still leaves a whole file; a
@@ -287,6 +271,14 @@ impl Store {
         &self,
         f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
     ) -> Result<Result<T, E>, SimError> {
+        self.change(Change::Volatile, f)
+    }
+
+    fn change<T, E>(
+        &self,
+        kind: Change,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
+    ) -> Result<Result<T, E>, SimError> {
         let mut cache = self.lock_cache();
         let _guard = self.file_lock(LockKind::Exclusive)?;
         self.refresh(&mut cache)?;
@@ -294,12 +286,29 @@ impl Store {
         let hw = cache.hw.clone();
         let out = f(&mut next, &hw);
         if out.is_ok() && next != cache.state {
-            let stamp = self.save_with(&next, false)?;
+            let shown = kind == Change::Shown;
+            if shown {
+                // The kernel announces each change it makes; so does the model.
+                crate::uevent::record(&cache.state, &mut next, &hw);
+            }
+            let stamp = self.save_with(&next, shown)?;
             cache.state = next;
+            if shown {
+                cache.tree = None;
+            }
             cache.stamp = Some(stamp);
         }
         Ok(out)
     }
+}
+
+/// What a state change is to the host it models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Sysfs shows it and a uevent announces it; kept durably.
+    Shown,
+    /// Neither (telemetry): kept without a sync.
+    Volatile,
 }
 
 fn open_lock(dir: &Path) -> Result<File, SimError> {
