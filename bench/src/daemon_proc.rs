@@ -4,7 +4,7 @@
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -60,21 +60,13 @@ pub fn start(setup: &Setup) -> anyhow::Result<Daemon> {
         .append(true)
         .open(setup.dir.join("vgpud.log"))?;
     let started = Instant::now();
-    let child = Command::new(&setup.vgpud)
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .args(["--sim", &setup.profile, "--no-dbus", "--state-dir"])
-        .arg(setup.dir.join("state"))
-        .arg("--socket")
-        .arg(&socket)
+    let mut cmd = Command::new(&setup.vgpud);
+    // The tests' daemon (its directory's vgpud.toml, state/ and api.sock), without D-Bus, with
+    // the notify socket set again and a quieter log.
+    let child = testkit::daemon::sim_run(&mut cmd, &setup.dir, &setup.profile, None)
+        .arg("--no-dbus")
         .env("NOTIFY_SOCKET", &notify_path)
         .env("VGPUD_LOG", "warn")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", setup.vgpud.display()))?;

@@ -23,6 +23,19 @@ pub struct Holdings {
     own: Ownership,
 }
 
+impl Holdings {
+    /// How many more slices of `kind` fit on `gpu` of `inventory` beside what is held (first
+    /// fit, each alone: what `creatable` of the capacity report says).
+    pub(crate) fn creatable(
+        &self,
+        inventory: &inventory::HostInventory,
+        gpu: PciAddress,
+        kind: &SliceKind,
+    ) -> u32 {
+        creatable(inventory, &self.own, gpu, kind)
+    }
+}
+
 impl Engine {
     /// The types `gpu` offers, as requests name them, with the kind each means there.
     pub(crate) fn offered_types(&self, gpu: &inventory::Gpu) -> Vec<(String, SliceKind)> {
@@ -42,18 +55,6 @@ impl Engine {
             allocations: d.allocations.values().cloned().collect(),
             own: Ownership::of(&d, &claims),
         }
-    }
-
-    /// How many more slices of `kind` fit on `gpu`, given what vgpud `held` (first fit, each
-    /// alone: what `creatable` of the capacity report says).
-    pub(crate) fn creatable_now(
-        &self,
-        inventory: &inventory::HostInventory,
-        held: &Holdings,
-        gpu: PciAddress,
-        kind: &SliceKind,
-    ) -> u32 {
-        creatable(inventory, &held.own, gpu, kind)
     }
 
     /// The GPUs a declared layout selects. When the layouts no longer check against the host

@@ -116,7 +116,7 @@ impl HostFacts {
                     .then(|| first_on_demand(settings, &offered))
                     .flatten()
                     .map(|(name, kind)| {
-                        let n = engine.creatable_now(&inventory, &held, g.pci_address, kind);
+                        let n = held.creatable(&inventory, g.pci_address, kind);
                         (name.to_owned(), n)
                     });
                 GpuFacts {
