@@ -1,0 +1,1 @@
+//! vgpud as a kubelet device plugin.
