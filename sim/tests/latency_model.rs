@@ -1,5 +1,6 @@
 //! The latency model is applied to the operation it times. The model reads its scale from the
 //! environment once per process, so the check runs in a child process of this test binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
 
