@@ -15,7 +15,9 @@ pub struct KubernetesConfig {
     pub device_plugin_dir: PathBuf,
     /// kubelet's PodResources socket, read to release slices no pod holds any more.
     pub pod_resources_socket: PathBuf,
-    /// The domain of the generated resource names (`nvidia.com/mig-1g.10gb`).
+    /// The domain of every generated resource name; empty: the GPU vendor's (`nvidia.com`,
+    /// `amd.com`, `intel.com`; `vgpud.io` for other mdev parents), as the vendors' own device
+    /// plugins name theirs (`nvidia.com/mig-1g.10gb`).
     pub resource_prefix: String,
     /// Resource names by vgpud slice type (`"1g.10gb" = "example.com/small"`), replacing the
     /// generated name of that type.
@@ -36,7 +38,7 @@ impl Default for KubernetesConfig {
             enabled: false,
             device_plugin_dir: PathBuf::from("/var/lib/kubelet/device-plugins"),
             pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
-            resource_prefix: "nvidia.com".into(),
+            resource_prefix: String::new(),
             resource_names: BTreeMap::new(),
             consumer: "kubernetes".into(),
             cdi_kind: String::new(),
@@ -55,7 +57,9 @@ pub(super) fn validate(k: &KubernetesConfig) -> Result<(), (&'static str, String
             return Err((key, format!("{} is not an absolute path", p.display())));
         }
     }
-    check_domain(&k.resource_prefix).map_err(|e| ("kubernetes.resource_prefix", e))?;
+    if !k.resource_prefix.is_empty() {
+        check_domain(&k.resource_prefix).map_err(|e| ("kubernetes.resource_prefix", e))?;
+    }
     for (slice_type, name) in &k.resource_names {
         check_resource_name(name)
             .map_err(|e| ("kubernetes.resource_names", format!("{slice_type:?}: {e}")))?;
@@ -94,7 +98,7 @@ pub fn check_resource_name(name: &str) -> Result<(), String> {
 
 /// A DNS subdomain (lower case, dot-separated labels) that is not kubernetes.io's: extended
 /// resources in the `kubernetes.io` domain are refused by the API server.
-fn check_domain(domain: &str) -> Result<(), String> {
+pub fn check_domain(domain: &str) -> Result<(), String> {
     let label_ok = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
