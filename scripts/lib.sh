@@ -14,9 +14,9 @@ ensure_packages() {
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The system libraries the workspace builds against; dpkg-dev (dpkg-shlibdeps) and binutils
-# (strip) for scripts/package.
-BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev dpkg-dev binutils)
+# The system libraries the workspace builds against; protoc for kubeplugin's gRPC code; dpkg-dev
+# (dpkg-shlibdeps) and binutils (strip) for scripts/package.
+BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev protobuf-compiler dpkg-dev binutils)
 # The real peers the tests start themselves: a private dbus-daemon and busctl, openssl and curl
 # for the TLS listener, jq for the demo, prometheus (the server and promtool) for
 # tests/prometheus; for tests/system (the package on a booted systemd guest): mmdebstrap (the
@@ -24,6 +24,39 @@ BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev dpkg-dev binutils)
 # zstd (the initramfs) and lintian.
 TEST_PACKAGES=(dbus-daemon systemd openssl curl jq prometheus
     mmdebstrap e2fsprogs qemu-system-x86 qemu-utils cpio xz-utils kmod zstd lintian)
+
+# The kubelet stand-in of vgpud/tests/daemon_kubernetes.rs (tests/kubelet): Go 1.23 from
+# bookworm-backports (bookworm's 1.19 is too old for Debian's gRPC-Go), gRPC-Go and the protobuf
+# runtime as Debian source packages, and the protoc plugins that generate Go. gRPC-Go 1.33's codec
+# is github.com/golang/protobuf's: its 1.5 (over the v2 API protoc-gen-go writes for); with 1.3
+# the stand-in panics on the first message.
+GO_STANDIN_PACKAGES=(golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
+    protoc-gen-go protoc-gen-go-grpc)
+
+# Adds Debian's bookworm-backports to apt's sources when it is not there.
+ensure_backports_source() {
+    grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/ && return 0
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        | $sudo tee /etc/apt/sources.list.d/vgpud-backports.sources >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+}
+
+# Go 1.23 (backports) and the stand-in's Go libraries.
+ensure_go_standin_packages() {
+    if ! dpkg-query -W -f='${Status}' golang-1.23-go 2>/dev/null | grep -q "install ok installed"; then
+        ensure_backports_source
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        apt-cache show golang-1.23-go >/dev/null 2>&1 \
+            || $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        echo "installing golang-1.23-go from bookworm-backports" >&2
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            -t bookworm-backports golang-1.23-go >/dev/null
+    fi
+    ensure_packages "${GO_STANDIN_PACKAGES[@]}"
+}
 
 # The venvs of the Python peers the Placement tests start (tests/placement, testkit::placement
 # and testkit::keystone): OpenStack Placement 16 and Keystone from PyPI, each served by gunicorn.

@@ -139,7 +139,13 @@ pub fn resource_name(
     config: &KubernetesConfig,
 ) -> Option<String> {
     let label = type_label(&slice.spec.kind);
-    if let Some(name) = config.resource_names.get(&label) {
+    let display = display_name(slice, gpu, host);
+    // Keyed by the type as layouts name it: its id or, for vGPU and mdev types, its name.
+    let configured = [Some(&label), display.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|key| config.resource_names.get(key));
+    if let Some(name) = configured {
         return Some(name.clone());
     }
     let domain = if config.resource_prefix.is_empty() {
@@ -149,18 +155,25 @@ pub fn resource_name(
     };
     let local = match &slice.spec.kind {
         SliceKind::Mig { profile, .. } => format!("mig-{profile}"),
-        SliceKind::NvidiaVfio { vgpu_type, .. } => {
-            let name = gpu.and_then(|g| g.vgpu_types.iter().find(|t| t.id == *vgpu_type));
-            sanitize(name.map_or(&label, |t| &t.name))
+        SliceKind::NvidiaVfio { .. } | SliceKind::Mdev { .. } => {
+            sanitize(display.as_ref().unwrap_or(&label))
         }
-        SliceKind::Mdev { type_id } => sanitize(
-            &mdev_type_name(slice, gpu, host, type_id).unwrap_or_else(|| type_id.to_string()),
-        ),
         SliceKind::SriovVf => format!("{}_VF", sanitize(&model(gpu))),
         SliceKind::Passthrough => sanitize(&model(gpu)),
     };
     let name = format!("{domain}/{local}");
     check_resource_name(&name).is_ok().then_some(name)
+}
+
+/// The vendor's name of a vGPU or mdev type (`NVIDIA H200X-1-18C`, `GRID T4-1Q`).
+fn display_name(slice: &Slice, gpu: Option<&Gpu>, host: &HostInventory) -> Option<String> {
+    match &slice.spec.kind {
+        SliceKind::NvidiaVfio { vgpu_type, .. } => gpu
+            .and_then(|g| g.vgpu_types.iter().find(|t| t.id == *vgpu_type))
+            .map(|t| t.name.clone()),
+        SliceKind::Mdev { type_id } => mdev_type_name(slice, gpu, host, type_id),
+        _ => None,
+    }
 }
 
 fn vendor_domain(vendor: Option<Vendor>) -> &'static str {
@@ -233,7 +246,12 @@ mod tests {
         assert_eq!(sanitize("  (odd)  name__x "), "odd_name_x");
         let long = sanitize(&"A-".repeat(40));
         assert!(long.len() <= 63 && long.ends_with('A'), "{long}");
-        for name in ["TU104GL_Tesla_T4", "GRID_T4-1Q", "odd_name_x", long.as_str()] {
+        for name in [
+            "TU104GL_Tesla_T4",
+            "GRID_T4-1Q",
+            "odd_name_x",
+            long.as_str(),
+        ] {
             assert_eq!(check_resource_name(&format!("nvidia.com/{name}")), Ok(()));
         }
     }

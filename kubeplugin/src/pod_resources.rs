@@ -15,7 +15,7 @@ use crate::unix;
 use crate::wire::podresources::ListPodResourcesRequest;
 use crate::wire::podresources::pod_resources_lister_client::PodResourcesListerClient;
 
-/// How often kubelet is asked.
+/// How often kubelet is asked, at most (a shorter grace is checked as often).
 const EVERY: Duration = Duration::from_secs(10);
 /// A node's pod list can be long; 16 MiB is tens of thousands of device ids.
 const MAX_ANSWER_BYTES: usize = 16 << 20;
@@ -23,11 +23,12 @@ const MAX_ANSWER_BYTES: usize = 16 << 20;
 /// Reconciles until `stop`.
 pub async fn run(ctx: Context, mut stop: watch::Receiver<bool>) {
     let grace = Duration::from_secs(ctx.config.release_grace_s);
+    let every = EVERY.min(grace);
     let mut unlisted_since: BTreeMap<AllocationId, Instant> = BTreeMap::new();
     let mut last_error: Option<String> = None;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(EVERY) => {}
+            () = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         match listed_devices(&ctx).await {
@@ -39,7 +40,9 @@ pub async fn run(ctx: Context, mut stop: watch::Receiver<bool>) {
             }
             Err(e) => {
                 if last_error.as_ref() != Some(&e) {
-                    tracing::warn!("cannot list kubelet's pod resources (nothing is released until it answers): {e}");
+                    tracing::warn!(
+                        "cannot list kubelet's pod resources (nothing is released until it answers): {e}"
+                    );
                 }
                 last_error = Some(e);
             }
@@ -52,12 +55,12 @@ async fn listed_devices(ctx: &Context) -> Result<BTreeSet<SliceId>, String> {
     let socket = &ctx.config.pod_resources_socket;
     let channel = unix::channel(socket)
         .await
-        .map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
+        .map_err(|e| format!("connecting to {}: {}", socket.display(), unix::describe(&e)))?;
     let answer = PodResourcesListerClient::new(channel)
         .max_decoding_message_size(MAX_ANSWER_BYTES)
         .list(ListPodResourcesRequest {})
         .await
-        .map_err(|s| format!("List: {}", s.message()))?
+        .map_err(|s| format!("List: {}", unix::describe(&s)))?
         .into_inner();
     Ok(answer
         .pod_resources

@@ -25,3 +25,16 @@ pub async fn channel(socket: &Path) -> Result<Channel, tonic::transport::Error> 
         }))
         .await
 }
+
+/// An error with its causes (`transport error: …: connection refused`): tonic's own message
+/// names only the outermost.
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
