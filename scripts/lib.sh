@@ -55,6 +55,8 @@ ensure_go_standin_packages() {
         $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             -t bookworm-backports golang-1.23-go >/dev/null
     fi
+    # The protobuf 1.5 package first: gRPC-Go's dependency is "1.3 | 1.5", and apt would take 1.3.
+    ensure_packages golang-github-golang-protobuf-1-5-dev
     ensure_packages "${GO_STANDIN_PACKAGES[@]}"
 }
 

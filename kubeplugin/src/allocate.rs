@@ -151,3 +151,43 @@ pub fn status_of(e: EngineError) -> Status {
         _ => Status::internal(message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_ids_that_are_not_slice_ids_are_refused_and_named_briefly() {
+        let id = SliceId::new_random();
+        assert_eq!(parse_ids(&[id.to_string()]).unwrap(), vec![id]);
+        assert_eq!(
+            parse_ids(&[]).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let junk = "x".repeat(100_000);
+        let refused = parse_ids(&[id.to_string(), junk]).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().len() < 200, "{}", refused.message());
+    }
+
+    #[test]
+    fn engine_refusals_become_the_grpc_codes_kubelet_reports() {
+        let code = |e| status_of(e).code();
+        assert_eq!(
+            code(EngineError::NotFound("x".into())),
+            tonic::Code::NotFound
+        );
+        assert_eq!(
+            code(EngineError::Conflict("x".into())),
+            tonic::Code::FailedPrecondition
+        );
+        assert_eq!(
+            code(EngineError::InvalidRequest("x".into())),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(
+            code(EngineError::Busy("x".into())),
+            tonic::Code::Unavailable
+        );
+    }
+}
