@@ -50,7 +50,18 @@ impl Engine {
         }
         let mut picked = Vec::new();
         let mut created = Vec::new();
-        let gathered = self.gather_on(&req, scheduling, &mut picked, &mut created);
+        let mut gathered = self.gather_on(&req, scheduling, &mut picked, &mut created, true);
+        if matches!(gathered, Err(EngineError::NoCapacity(_)))
+            && self.yield_warm_pool(&self.candidate_gpus(&r.slice_type, r.gpu)) > 0
+        {
+            // The warm pool's free slices held the room: they are gone, so once more (the
+            // request was counted in the demand mix already).
+            lock(&self.inner.claims).retain(|s| !picked.contains(s));
+            self.destroy_unused(&created);
+            picked.clear();
+            created.clear();
+            gathered = self.gather_on(&req, scheduling, &mut picked, &mut created, false);
+        }
         let mut alloc = Allocation {
             id: AllocationId::new_random(),
             consumer: req.consumer.clone(),
@@ -108,7 +119,7 @@ impl Engine {
 
     /// The candidates on GPUs in service; `quarantined` with the reasons when every candidate
     /// is on a quarantined GPU.
-    fn in_service(&self, specs: Vec<SliceSpec>) -> Result<Vec<SliceSpec>> {
+    pub(crate) fn in_service(&self, specs: Vec<SliceSpec>) -> Result<Vec<SliceSpec>> {
         let (kept, refused): (Vec<SliceSpec>, Vec<SliceSpec>) = specs
             .into_iter()
             .partition(|s| s.gpu.pci().is_none_or(|g| self.quarantined(g).is_none()));
@@ -208,17 +219,19 @@ impl Engine {
     /// Gathers the request's slices where the scheduler says or, when Placement chose GPUs for
     /// it ([`Scheduling::placement_gpus`]), exactly that many on each of those GPUs, so the host
     /// holds what Placement accounts for. All or nothing: the caller destroys `created` on error.
+    /// `count_demand`: the request is counted in the demand mix (not again on a retry).
     fn gather_on(
         &self,
         req: &AllocationRequest,
         scheduling: &Scheduling,
         picked: &mut Vec<SliceId>,
         created: &mut Vec<SliceId>,
+        count_demand: bool,
     ) -> Result<()> {
         let r = &req.request;
         if scheduling.placement_gpus.is_empty() || r.gpu.is_some() {
             let specs = self.in_service(candidates(self.host(), &r.slice_type, r.gpu)?)?;
-            return self.gather_scheduled(req, &specs, scheduling, picked, created);
+            return self.gather_scheduled(req, &specs, scheduling, picked, created, count_demand);
         }
         for (gpu, count) in &scheduling.placement_gpus {
             let specs = self.in_service(candidates(self.host(), &r.slice_type, Some(*gpu))?)?;
@@ -226,7 +239,8 @@ impl Engine {
             part.request.count = *count;
             part.request.gpu = Some(*gpu);
             let (mut got, mut made) = (Vec::new(), Vec::new());
-            let outcome = self.gather_scheduled(&part, &specs, scheduling, &mut got, &mut made);
+            let outcome =
+                self.gather_scheduled(&part, &specs, scheduling, &mut got, &mut made, count_demand);
             picked.append(&mut got);
             created.append(&mut made);
             outcome?;

@@ -49,6 +49,7 @@ impl Engine {
         scheduling: &Scheduling,
         picked: &mut Vec<SliceId>,
         created: &mut Vec<SliceId>,
+        count_demand: bool,
     ) -> Result<()> {
         // The scheduler knows GPUs only: slices on virtual mdev parents are placed first-fit.
         if !specs.iter().any(|s| s.gpu.pci().is_some()) {
@@ -60,10 +61,12 @@ impl Engine {
         };
         // Counted as one request of `count` slices (the shape the mix is about), before it is
         // decided, so refusals count too; then placed against the mix including it.
-        self.observe_demand(&sched::Request {
-            count: req.request.count.max(1),
-            ..sched_request(req, &ask, scheduling, 0)
-        });
+        if count_demand {
+            self.observe_demand(&sched::Request {
+                count: req.request.count.max(1),
+                ..sched_request(req, &ask, scheduling, 0)
+            });
+        }
         let learnt = Scheduling {
             policy: self.with_learnt_mix(&scheduling.policy, &view.snap),
             ..scheduling.clone()
@@ -98,6 +101,40 @@ impl Engine {
         if let Some(id) = self.reuse_one(view, specs, req, scheduling) {
             return Ok(Placed::Reused(id));
         }
+        self.create_placed(view, specs, req, scheduling)
+            .map(Placed::Created)
+    }
+
+    /// Creates one slice where the scheduler says (the caller found none to reuse, or wants a
+    /// new one: the warm pool); the new slice is claimed. `None` when the scheduler placed
+    /// nothing or the creation failed.
+    pub(crate) fn create_scheduled(
+        &self,
+        view: &mut SchedView,
+        specs: &[SliceSpec],
+        req: &sched::Request,
+        scheduling: &Scheduling,
+    ) -> Option<SliceId> {
+        match self.create_placed(view, specs, req, scheduling) {
+            Ok(id) => Some(id),
+            Err(NotPlaced::Refused(e)) => {
+                tracing::debug!("not placed: {e}");
+                None
+            }
+            Err(NotPlaced::Fallback(why)) => {
+                tracing::debug!("not placed: {why}");
+                None
+            }
+        }
+    }
+
+    fn create_placed(
+        &self,
+        view: &mut SchedView,
+        specs: &[SliceSpec],
+        req: &sched::Request,
+        scheduling: &Scheduling,
+    ) -> std::result::Result<SliceId, NotPlaced> {
         let decision = match timed_decide(&view.snap, req, &scheduling.policy) {
             Ok(d) => d,
             Err(rejection) => {
@@ -128,7 +165,7 @@ impl Engine {
             Ok(entry) => {
                 lock(&self.inner.claims).insert(entry.id);
                 view.commit_new(req, &decision);
-                Ok(Placed::Created(entry.id))
+                Ok(entry.id)
             }
             Err(e) => Err(NotPlaced::Fallback(e.to_string())),
         }

@@ -58,6 +58,7 @@ mod vendor;
 mod vendor_pool;
 mod vfs;
 mod view;
+mod warm_pool;
 
 pub use alloc::Finish;
 pub use capacity::{GpuCapacity, TypeCapacity};

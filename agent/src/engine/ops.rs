@@ -251,6 +251,7 @@ impl Engine {
         self.write(|d| {
             d.intents.remove(&n);
             d.slices.remove(&id);
+            d.warm_pool.remove(&id);
         })?;
         self.set_failure(id, None);
         tracing::info!(slice = %id, gpu = %entry.spec.gpu, "slice destroyed");

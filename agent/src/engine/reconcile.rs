@@ -173,6 +173,7 @@ impl Engine {
                 self.write(|d| {
                     d.intents.remove(&n);
                     d.slices.remove(&slice.id);
+                    d.warm_pool.remove(&slice.id);
                     for a in d.allocations.values_mut() {
                         a.slices.retain(|s| *s != slice.id);
                     }

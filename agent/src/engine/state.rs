@@ -89,6 +89,10 @@ pub(crate) struct Desired {
     /// the first request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) demand_mix: Option<super::demand_mix::StoredMix>,
+    /// The owned slices the warm pool made (see `warm_pool`); left out while empty, so files
+    /// without a pool load in builds that predate it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub(crate) warm_pool: std::collections::BTreeSet<SliceId>,
 }
 
 impl Desired {

@@ -304,6 +304,7 @@ mod tests {
         let (mut d, a, _) = base();
         let other = SliceId::new_random();
         d.slices.remove(&a.id);
+        d.warm_pool.remove(&a.id);
         d.slices.insert(other, a.clone());
         refused(
             &d,

@@ -1,0 +1,117 @@
+//! The warm pool: free slices vgpud makes ahead of demand, so that a request claims one (a
+//! store write) instead of waiting for the device operations (a MIG GPU and compute instance,
+//! a VF enabled and bound: seconds; `sim/src/latency.rs` has the published figures).
+//!
+//! Pool slices are ordinary owned slices, recorded in the state document as the pool's. They
+//! are made only on GPUs no declared layout selects (a layout's GPU holds what the layout
+//! says), where the scheduler would place a request for the type, and never at the expense of
+//! an allocation: a request that finds no room destroys the free pool slices on the GPUs it
+//! could use and tries once more ([`Engine::yield_warm_pool`]). A pool slice an allocation
+//! took stays the pool's when released (vgpud made it unasked, so vgpud may destroy it when
+//! free).
+
+use std::collections::BTreeSet;
+
+use super::error::Result;
+use super::handle::Engine;
+use super::locks::lock;
+use super::model::{AllocationRequest, DeviceRef, SliceId, SliceRequest, SliceSpec, SliceState};
+use super::resolve::candidates;
+use super::scheduling::{Scheduling, sched_request};
+
+/// The consumer name warm-pool decisions are made for (never recorded in an allocation).
+const POOL_CONSUMER: &str = "vgpud-warm-pool";
+
+impl Engine {
+    /// Makes one free slice of `slice_type` where the scheduler would place a request for one,
+    /// on a GPU no layout selects, and records it as the pool's. `Ok(None)` when no such GPU
+    /// has room; the request is not counted in the demand mix (it is not demand).
+    pub fn warm_one(&self, slice_type: &str) -> Result<Option<SliceId>> {
+        let with_layout: BTreeSet<ids::PciAddress> =
+            lock(&self.inner.layout_status).keys().copied().collect();
+        let specs: Vec<SliceSpec> = self
+            .in_service(candidates(self.host(), slice_type, None)?)?
+            .into_iter()
+            .filter(|s| s.gpu.pci().is_some_and(|g| !with_layout.contains(&g)))
+            .collect();
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        let scheduling = Scheduling::default();
+        let mut view = self.sched_view(&specs, &scheduling);
+        let Some(ask) = view.ask.clone() else {
+            return Ok(None);
+        };
+        let req = AllocationRequest {
+            consumer: POOL_CONSUMER.to_owned(),
+            vm: None,
+            request: SliceRequest::new(slice_type, 1),
+            placement_consumer: None,
+        };
+        let learnt = Scheduling {
+            policy: self.with_learnt_mix(&scheduling.policy, &view.snap),
+            ..scheduling
+        };
+        let sreq = sched_request(&req, &ask, &learnt, 0);
+        let Some(id) = self.create_scheduled(&mut view, &specs, &sreq, &learnt) else {
+            return Ok(None);
+        };
+        let recorded = self.write(|d| d.warm_pool.insert(id));
+        lock(&self.inner.claims).remove(&id);
+        recorded?;
+        tracing::info!(slice = %id, slice_type, "warm pool: made a free slice ahead of demand");
+        Ok(Some(id))
+    }
+
+    /// The pool's slices that are free now (present, unallocated, not being claimed).
+    pub fn warm_pool_free(&self) -> Vec<SliceId> {
+        let claims = lock(&self.inner.claims).clone();
+        let pool = self.read(|d| d.warm_pool.clone());
+        self.slices()
+            .into_iter()
+            .filter(|s| {
+                pool.contains(&s.id)
+                    && s.state == SliceState::Ready
+                    && s.owner.is_none()
+                    && !claims.contains(&s.id)
+            })
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// Destroys the free pool slices on `gpus` so a request can use their room; how many went.
+    pub(crate) fn yield_warm_pool(&self, gpus: &BTreeSet<DeviceRef>) -> usize {
+        let mut gone = 0;
+        for id in self.warm_pool_free() {
+            let Some(gpu) = self.read(|d| d.slices.get(&id).map(|s| s.spec.gpu.clone())) else {
+                continue;
+            };
+            if !gpus.contains(&gpu) {
+                continue;
+            }
+            match self.destroy_slice(id) {
+                Ok(()) => gone += 1,
+                // Claimed or allocated meanwhile: it is serving a request already.
+                Err(e) => tracing::debug!(slice = %id, "warm pool slice kept: {e}"),
+            }
+        }
+        if gone > 0 {
+            tracing::info!(
+                slices = gone,
+                "warm pool: gave up free slices for a request"
+            );
+        }
+        gone
+    }
+
+    /// The GPUs a request for `slice_type` could use (for [`Engine::yield_warm_pool`]).
+    pub(crate) fn candidate_gpus(
+        &self,
+        slice_type: &str,
+        gpu: Option<ids::PciAddress>,
+    ) -> BTreeSet<DeviceRef> {
+        candidates(self.host(), slice_type, gpu)
+            .map(|specs| specs.into_iter().map(|s| s.gpu).collect())
+            .unwrap_or_default()
+    }
+}
