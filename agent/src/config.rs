@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 mod host;
 mod kubernetes;
 mod placement;
+mod warm_pool;
 
 pub use kubernetes::{KubernetesConfig, check_resource_name};
 pub use placement::{AUTH_STRATEGIES, INTERFACES, KeystoneConfig, MAX_ROOT_NAME, PlacementConfig};
+pub use warm_pool::WarmPoolConfig;
 
 /// Where the configuration file lives by default.
 pub const DEFAULT_CONFIG: &str = "/etc/vgpud/vgpud.toml";
@@ -47,6 +49,8 @@ pub struct Config {
     pub placement: PlacementConfig,
     /// kubelet's device plugin.
     pub kubernetes: KubernetesConfig,
+    /// Free slices made ahead of demand.
+    pub warm_pool: WarmPoolConfig,
 }
 
 /// `[host]`.
@@ -192,6 +196,7 @@ impl Default for Config {
             health: HealthConfig::default(),
             placement: PlacementConfig::default(),
             kubernetes: KubernetesConfig::default(),
+            warm_pool: WarmPoolConfig::default(),
         }
     }
 }
@@ -368,6 +373,7 @@ impl Config {
         validate_transport(&self.api).map_err(|(key, reason)| invalid(key, reason))?;
         validate_health(&self.health).map_err(|(key, reason)| invalid(key, reason))?;
         kubernetes::validate(&self.kubernetes).map_err(|(key, reason)| invalid(key, reason))?;
+        warm_pool::validate(&self.warm_pool).map_err(|(key, reason)| invalid(key, reason))?;
         if !["strict", "preferred", "restrictive"].contains(&self.libvirt.memory_mode.as_str()) {
             return Err(invalid(
                 "libvirt.memory_mode",

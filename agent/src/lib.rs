@@ -16,3 +16,4 @@ pub mod placement;
 pub mod service;
 pub mod subject_rule;
 pub mod telemetry;
+pub mod warm_pool;

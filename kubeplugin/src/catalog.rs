@@ -118,18 +118,6 @@ fn gpu_in_service(health: &[GpuHealthView], gpu: PciAddress) -> bool {
         .is_none_or(|h| matches!(h.state, HealthState::Ok | HealthState::Degraded))
 }
 
-/// The vgpud type label of a slice kind: what `[kubernetes] resource_names` is keyed by, the
-/// same word a REST request names the type with (`1g.10gb`, `nvidia-222`, `vf`, `gpu`).
-pub fn type_label(kind: &SliceKind) -> String {
-    match kind {
-        SliceKind::Mdev { type_id } => type_id.to_string(),
-        SliceKind::NvidiaVfio { vgpu_type, .. } => vgpu_type.to_string(),
-        SliceKind::SriovVf => "vf".to_owned(),
-        SliceKind::Mig { profile, .. } => profile.to_string(),
-        SliceKind::Passthrough => "gpu".to_owned(),
-    }
-}
-
 /// The resource a slice is offered under: the configured name of its type, else the
 /// generated one; `None` when no valid name can be made (logged by the caller's view).
 pub fn resource_name(
@@ -138,7 +126,7 @@ pub fn resource_name(
     host: &HostInventory,
     config: &KubernetesConfig,
 ) -> Option<String> {
-    let label = type_label(&slice.spec.kind);
+    let label = slice.spec.kind.type_label();
     let display = display_name(slice, gpu, host);
     // Keyed by the type as layouts name it: its id or, for vGPU and mdev types, its name.
     let configured = [Some(&label), display.as_ref()]

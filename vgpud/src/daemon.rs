@@ -278,6 +278,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     let health = crate::daemon_health::spawn(&service, &stop_rx);
     let placement = crate::daemon_placement::start(&service, &stop_rx);
     let kubernetes = crate::daemon_kubernetes::start(&service, &config, &stop_rx);
+    let warm_pool = crate::daemon_warm_pool::start(&service, &config.warm_pool, &stop_rx);
 
     let outcome = loop {
         tokio::select! {
@@ -306,6 +307,9 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     }
     if let Some(kubernetes) = kubernetes {
         let _ = kubernetes.await;
+    }
+    if let Some(warm_pool) = warm_pool {
+        let _ = warm_pool.await;
     }
     if let Some(pinger) = pinger {
         pinger.abort();

@@ -13,4 +13,5 @@ mod daemon_listen;
 mod daemon_metrics;
 mod daemon_placement;
 mod daemon_systemd;
+mod daemon_warm_pool;
 pub mod state_cmd;

@@ -235,6 +235,20 @@ impl SliceKind {
     }
 }
 
+impl SliceKind {
+    /// The type as requests and layouts name it: the MIG profile (`1g.10gb`), the mdev type
+    /// id (`nvidia-222`), the vGPU type id, `vf`, `gpu`.
+    pub fn type_label(&self) -> String {
+        match self {
+            SliceKind::Mdev { type_id } => type_id.to_string(),
+            SliceKind::NvidiaVfio { vgpu_type, .. } => vgpu_type.to_string(),
+            SliceKind::SriovVf => "vf".to_owned(),
+            SliceKind::Mig { profile, .. } => profile.to_string(),
+            SliceKind::Passthrough => "gpu".to_owned(),
+        }
+    }
+}
+
 impl fmt::Display for SliceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
