@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod host;
+mod kubernetes;
 mod placement;
 
+pub use kubernetes::{KubernetesConfig, check_resource_name};
 pub use placement::{AUTH_STRATEGIES, INTERFACES, KeystoneConfig, MAX_ROOT_NAME, PlacementConfig};
 
 /// Where the configuration file lives by default.
@@ -43,6 +45,8 @@ pub struct Config {
     pub health: HealthConfig,
     /// Reporting this host to OpenStack Placement.
     pub placement: PlacementConfig,
+    /// kubelet's device plugin.
+    pub kubernetes: KubernetesConfig,
 }
 
 /// `[host]`.
@@ -187,6 +191,7 @@ impl Default for Config {
             libvirt: LibvirtConfig::default(),
             health: HealthConfig::default(),
             placement: PlacementConfig::default(),
+            kubernetes: KubernetesConfig::default(),
         }
     }
 }
@@ -362,6 +367,7 @@ impl Config {
         }
         validate_transport(&self.api).map_err(|(key, reason)| invalid(key, reason))?;
         validate_health(&self.health).map_err(|(key, reason)| invalid(key, reason))?;
+        kubernetes::validate(&self.kubernetes).map_err(|(key, reason)| invalid(key, reason))?;
         if !["strict", "preferred", "restrictive"].contains(&self.libvirt.memory_mode.as_str()) {
             return Err(invalid(
                 "libvirt.memory_mode",

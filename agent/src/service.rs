@@ -336,6 +336,13 @@ impl Service {
         }
     }
 
+    /// Holds the named free slices for `consumer`, all or none, recording `label` as the
+    /// allocation's type: for a front end that picks the devices itself (kubelet's device
+    /// manager chooses device ids, then asks the device plugin to allocate them).
+    pub fn hold_slices(&self, consumer: &str, label: &str, ids: &[SliceId]) -> Result<Allocation> {
+        self.engine.hold_slices(consumer, label, ids)
+    }
+
     /// Releases an allocation: its VM pinning first (restoring the domain as it was), then the
     /// slices. libvirt down: `libvirt_unavailable` and nothing released.
     pub fn release(&self, id: AllocationId) -> Result<()> {

@@ -125,3 +125,23 @@ fn counts_are_saved_at_most_every_interval_and_when_the_engine_closes() {
     }
     assert_eq!(stored_seen(dir.path()), 36, "saved when the engine closed");
 }
+
+#[test]
+fn metrics_count_every_request_and_keep_the_shares_between_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, s) = service("dgx-a100", dir.path());
+    s.allocate(request("m", "1g.10gb", Some(A100))).unwrap();
+    s.allocate(request("n", "2g.20gb", Some(A100))).unwrap();
+    s.allocate(request("o", "2g.20gb", Some(A100))).unwrap();
+    let text = s.metrics_text().unwrap();
+    // The count moves with every request ...
+    assert!(text.contains("vgpud_demand_mix_requests 3"), "{text}");
+    // ... the shares are those of the first request's save (the next is due 10 s later), and
+    // they are still shown.
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("vgpud_demand_mix_share{"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(rows[0].contains("slice=\"mig:1g.10gb\""), "{}", rows[0]);
+}

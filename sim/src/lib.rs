@@ -23,6 +23,7 @@ mod gim;
 mod gim_host;
 mod host;
 mod kernel;
+pub mod latency;
 mod mdev;
 mod mig;
 mod nvml_view;

@@ -427,6 +427,7 @@ impl Nvml for SimNvml {
         profile_id: u32,
         placement: Placement,
     ) -> NvmlResult<GpuInstance> {
+        crate::latency::pause(crate::latency::DeviceOp::GiCreate);
         self.act(calls::CREATE_GI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
@@ -445,6 +446,7 @@ impl Nvml for SimNvml {
     }
 
     fn destroy_gpu_instance(&self, index: u32, gpu_instance_id: u32) -> NvmlResult<()> {
+        crate::latency::pause(crate::latency::DeviceOp::GiDestroy);
         self.act(calls::DESTROY_GI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
@@ -506,6 +508,7 @@ impl Nvml for SimNvml {
         gpu_instance_id: u32,
         profile_id: u32,
     ) -> NvmlResult<ComputeInstance> {
+        crate::latency::pause(crate::latency::DeviceOp::CiCreate);
         self.act(calls::CREATE_CI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
@@ -536,6 +539,7 @@ impl Nvml for SimNvml {
         gpu_instance_id: u32,
         compute_instance_id: u32,
     ) -> NvmlResult<()> {
+        crate::latency::pause(crate::latency::DeviceOp::CiDestroy);
         self.act(calls::DESTROY_CI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;

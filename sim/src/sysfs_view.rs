@@ -185,6 +185,10 @@ impl Sysfs for SimSysfs {
         let Found::Store(store) = found else {
             return Err(SysfsError::errno_of(Op::Write, path, EINVAL));
         };
+        if let Some(op) = timed_op(&store, data) {
+            // Outside the model's locks: an operation on one device delays no other.
+            crate::latency::pause(op);
+        }
         let outcome = self
             .host
             .store()
@@ -229,6 +233,19 @@ impl Sysfs for SimSysfs {
             .store()
             .read(|v| resolve(&v.tree(), text, true).is_ok())
             .unwrap_or(false)
+    }
+}
+
+/// The device operation a write is, for the latency model: a VF enable (a non-zero
+/// `sriov_numvfs`), a vGPU type write, a bind to vfio-pci.
+fn timed_op(store: &Store, data: &[u8]) -> Option<crate::latency::DeviceOp> {
+    use crate::latency::DeviceOp;
+    let text = String::from_utf8_lossy(data);
+    match store {
+        Store::SriovNumvfs(_) if text.trim() != "0" => Some(DeviceOp::VfEnable),
+        Store::VgpuType(_) => Some(DeviceOp::VgpuTypeWrite),
+        Store::Bind(driver) if driver == "vfio-pci" => Some(DeviceOp::VfioBind),
+        _ => None,
     }
 }
 

@@ -205,6 +205,7 @@ fn stopped(rx: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'sta
 }
 
 async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
+    crate::daemon_kubernetes::check(&config)?;
     let systemd = Systemd::from_env();
     let mut signals = Signals::install()?;
     systemd.status("starting: opening the host and the state directory, reconciling");
@@ -276,6 +277,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     ));
     let health = crate::daemon_health::spawn(&service, &stop_rx);
     let placement = crate::daemon_placement::start(&service, &stop_rx);
+    let kubernetes = crate::daemon_kubernetes::start(&service, &config, &stop_rx);
 
     let outcome = loop {
         tokio::select! {
@@ -301,6 +303,9 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     health.join().await;
     if let Some(placement) = placement {
         placement.join().await;
+    }
+    if let Some(kubernetes) = kubernetes {
+        let _ = kubernetes.await;
     }
     if let Some(pinger) = pinger {
         pinger.abort();

@@ -8,6 +8,7 @@ pub mod daemon;
 mod daemon_config;
 mod daemon_health;
 mod daemon_hotplug;
+mod daemon_kubernetes;
 mod daemon_listen;
 mod daemon_metrics;
 mod daemon_placement;

@@ -115,11 +115,14 @@ impl Engine {
     pub(crate) fn observe_demand(&self, req: &sched::Request) {
         let mut mix = lock(&self.inner.mix);
         mix.estimator.observe(req);
-        self.inner.metrics.set_demand_mix(&mix);
+        self.inner.metrics.set_demand_mix_counts(&mix);
         mix.unsaved = true;
         if mix.saved_at.is_some_and(|t| t.elapsed() < SAVE_EVERY) {
             return;
         }
+        // The shares follow the save cadence: recomputing the mix per request is work on the
+        // request path for a scrape that comes every few seconds at most.
+        self.inner.metrics.set_demand_mix(&mix);
         match self.write(|d| d.demand_mix = Some(mix.stored())) {
             Ok(()) => {
                 mix.saved_at = Some(Instant::now());

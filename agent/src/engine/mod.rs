@@ -24,6 +24,7 @@ mod gather;
 mod gpu_detail;
 mod handle;
 mod health_access;
+mod hold;
 mod host_changes;
 pub mod import;
 mod inventory_cache;

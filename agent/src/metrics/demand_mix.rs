@@ -1,6 +1,9 @@
 //! The `vgpud_demand_mix_*` gauges: the request mix the default policy has learnt
-//! (`sched::MixEstimator`), set when a request is counted so a scrape reads atomics only and
-//! never waits on the estimator's lock (held across a state-store write).
+//! (`sched::MixEstimator`). A scrape reads atomics only and never waits on the estimator's lock
+//! (held across a state-store write). The two counts are set on every request (two atomic
+//! stores); the per-shape shares, which need the mix recomputed and up to `MAX_SERIES`
+//! labelled series rebuilt, only when the engine saves the mix (at most every 10 s), so that
+//! work stays off the allocation request path.
 
 use std::sync::atomic::AtomicU64;
 
@@ -27,6 +30,12 @@ impl DemandMixGauges {
     /// Replaces the exported mix with `mix`'s: the observed shares (without the prior, which
     /// depends on what the host offers at the time), the requests counted and the prior's part.
     pub(super) fn set(&self, mix: &sched::MixEstimator) {
+        self.set_shares(mix);
+        self.set_counts(mix);
+    }
+
+    /// Rebuilds the per-shape share series from `mix` (the costly part: recompute and relabel).
+    fn set_shares(&self, mix: &sched::MixEstimator) {
         self.share.clear();
         let observed = mix.mix(&sched::Workload::default());
         for item in observed.items.iter().take(MAX_SERIES) {
@@ -40,6 +49,10 @@ impl DemandMixGauges {
             ]);
             self.share.get_or_create(&shape).set(item.weight);
         }
+    }
+
+    /// Sets the requests counted and the prior's part: cheap enough for every request.
+    pub(super) fn set_counts(&self, mix: &sched::MixEstimator) {
         self.requests
             .set(i64::try_from(mix.seen()).unwrap_or(i64::MAX));
         self.prior_share.set(mix.prior_share());

@@ -181,9 +181,14 @@ impl Metrics {
             .inc();
     }
 
-    /// The demand mix the engine has learnt, after a request was counted (or at start).
+    /// The demand mix the engine has learnt, shares included: at start and when it is saved.
     pub fn set_demand_mix(&self, mix: &sched::MixEstimator) {
         self.demand_mix.set(mix);
+    }
+
+    /// The demand mix's request count and prior share only, after each counted request.
+    pub fn set_demand_mix_counts(&self, mix: &sched::MixEstimator) {
+        self.demand_mix.set_counts(mix);
     }
 
     /// Registers every counter and histogram (shared, not copied) in `registry`.
