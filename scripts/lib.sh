@@ -18,8 +18,9 @@ ensure_packages() {
 # runs) and binutils (strip) for scripts/package.
 BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev dpkg-dev binutils)
 # cargo-deb, which builds the .deb (scripts/package), pinned. No default features: they would
-# build liblzma from C; the package is gzip-compressed, and cargo-deb pipes through the system's
-# gzip/xz without them. Installing it takes about 75 s on 2 cores (docs/packaging.md).
+# build liblzma from C (lzma) and the elf crate (debug-id), neither of which the package uses;
+# scripts/package has cargo-deb pipe through the system's gzip (--compress-system), so its own
+# gzip feature is not needed either. Installing it takes about 75 s on 2 cores.
 CARGO_DEB_VERSION=3.8.0
 
 # Installs cargo-deb $CARGO_DEB_VERSION from crates.io unless `cargo deb --version` already says so.
