@@ -7,7 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .compile_protos(
-            &["proto/deviceplugin_v1beta1.proto", "proto/podresources_v1.proto"],
+            &[
+                "proto/deviceplugin_v1beta1.proto",
+                "proto/podresources_v1.proto",
+            ],
             &["proto"],
         )?;
     Ok(())

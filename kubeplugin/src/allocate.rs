@@ -67,9 +67,9 @@ fn hold_container(
     let devices = ids
         .iter()
         .map(|id| {
-            let d = catalog.find(resource, *id).ok_or_else(|| {
-                Status::not_found(format!("{id} is not a device of {resource}"))
-            })?;
+            let d = catalog
+                .find(resource, *id)
+                .ok_or_else(|| Status::not_found(format!("{id} is not a device of {resource}")))?;
             if d.healthy {
                 Ok(d)
             } else {
@@ -82,10 +82,10 @@ fn hold_container(
     let response = container_response(resource, &devices, &ctx.config.cdi_kind);
     let wanted: BTreeSet<SliceId> = ids.iter().copied().collect();
     let earlier = kubelet_allocations_of(ctx, &wanted);
-    if let [only] = earlier.as_slice() {
-        if only.slices.iter().copied().collect::<BTreeSet<_>>() == wanted {
-            return Ok((response, None));
-        }
+    if let [only] = earlier.as_slice()
+        && only.slices.iter().copied().collect::<BTreeSet<_>>() == wanted
+    {
+        return Ok((response, None));
     }
     for a in &earlier {
         tracing::info!(allocation = %a.id, resource, "kubelet allocated its devices again: releasing the earlier allocation");
@@ -110,7 +110,9 @@ fn kubelet_allocations_of(ctx: &Context, ids: &BTreeSet<SliceId>) -> Vec<Allocat
 
 fn parse_ids(device_ids: &[String]) -> Result<Vec<SliceId>, Status> {
     if device_ids.is_empty() {
-        return Err(Status::invalid_argument("a container request names no device"));
+        return Err(Status::invalid_argument(
+            "a container request names no device",
+        ));
     }
     device_ids
         .iter()

@@ -233,7 +233,12 @@ mod tests {
         assert_eq!(sanitize("  (odd)  name__x "), "odd_name_x");
         let long = sanitize(&"A-".repeat(40));
         assert!(long.len() <= 63 && long.ends_with('A'), "{long}");
-        for name in ["TU104GL_Tesla_T4", "GRID_T4-1Q", "odd_name_x", long.as_str()] {
+        for name in [
+            "TU104GL_Tesla_T4",
+            "GRID_T4-1Q",
+            "odd_name_x",
+            long.as_str(),
+        ] {
             assert_eq!(check_resource_name(&format!("nvidia.com/{name}")), Ok(()));
         }
     }

@@ -39,7 +39,9 @@ pub async fn run(ctx: Context, mut stop: watch::Receiver<bool>) {
             }
             Err(e) => {
                 if last_error.as_ref() != Some(&e) {
-                    tracing::warn!("cannot list kubelet's pod resources (nothing is released until it answers): {e}");
+                    tracing::warn!(
+                        "cannot list kubelet's pod resources (nothing is released until it answers): {e}"
+                    );
                 }
                 last_error = Some(e);
             }

@@ -42,7 +42,10 @@ pub fn choose(
     if need == 0 || free.is_empty() {
         return chosen;
     }
-    let candidates: Vec<&Device> = free.iter().filter_map(|id| known.get(id).copied()).collect();
+    let candidates: Vec<&Device> = free
+        .iter()
+        .filter_map(|id| known.get(id).copied())
+        .collect();
     let node_rank = rank_nodes(&candidates, &chosen, &known, need);
     let free_on_gpu = count_by(&candidates, |d| d.gpu().clone());
     let mut ordered = candidates;

@@ -40,7 +40,12 @@ pub async fn run(ctx: Context, mut stop: watch::Receiver<bool>) {
     let mut catalog = ctx.catalog.clone();
     let kubelet_socket = ctx.config.device_plugin_dir.join("kubelet.sock");
     loop {
-        let resources: Vec<String> = catalog.borrow_and_update().resources.keys().cloned().collect();
+        let resources: Vec<String> = catalog
+            .borrow_and_update()
+            .resources
+            .keys()
+            .cloned()
+            .collect();
         for resource in resources {
             if !entries.contains_key(&resource) {
                 start(&ctx, &resource, &mut entries);
@@ -97,7 +102,10 @@ async fn keep_registered(
         .is_some_and(|e| !e.served.socket_intact() || e.served.ended());
     if broken {
         if let Some(old) = entries.remove(resource) {
-            tracing::info!(resource, "the plugin socket is gone (kubelet restarted?): serving it again");
+            tracing::info!(
+                resource,
+                "the plugin socket is gone (kubelet restarted?): serving it again"
+            );
             old.served.stop().await;
         }
         start(ctx, resource, entries);
@@ -120,7 +128,10 @@ async fn keep_registered(
         }
         Err(e) => {
             if entry.last_error.as_ref() != Some(&e) {
-                tracing::warn!(resource, "cannot register with kubelet (retrying every second): {e}");
+                tracing::warn!(
+                    resource,
+                    "cannot register with kubelet (retrying every second): {e}"
+                );
             }
             entry.last_error = Some(e);
         }

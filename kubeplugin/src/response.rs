@@ -73,8 +73,7 @@ fn mig_name(d: &Device) -> Option<String> {
     let uuid = uuid.strip_prefix("GPU-").unwrap_or(uuid);
     Some(format!(
         "MIG-GPU-{uuid}/{}/{}",
-        h.gpu_instance_id?,
-        h.compute_instance_id?
+        h.gpu_instance_id?, h.compute_instance_id?
     ))
 }
 

@@ -42,10 +42,6 @@ pub(crate) fn start(
 
 /// Without the feature there is nothing to start ([`check`] refused `enabled`).
 #[cfg(not(feature = "kubernetes"))]
-pub(crate) fn start(
-    _: &Service,
-    _: &Config,
-    _: &watch::Receiver<bool>,
-) -> Option<JoinHandle<()>> {
+pub(crate) fn start(_: &Service, _: &Config, _: &watch::Receiver<bool>) -> Option<JoinHandle<()>> {
     None
 }

@@ -111,7 +111,9 @@ pub fn check_domain(domain: &str) -> Result<(), String> {
         return Err(format!("{domain:?} is not a DNS subdomain"));
     }
     if domain == "kubernetes.io" || domain.ends_with(".kubernetes.io") {
-        return Err(format!("{domain:?}: the kubernetes.io domain is Kubernetes' own"));
+        return Err(format!(
+            "{domain:?}: the kubernetes.io domain is Kubernetes' own"
+        ));
     }
     Ok(())
 }
@@ -124,7 +126,9 @@ fn check_cdi_kind(kind: &str) -> Result<(), String> {
     check_domain(vendor)?;
     let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_');
     if class.is_empty() || !class.chars().all(ok) {
-        return Err(format!("class {class:?} is not letters, digits, '-' or '_'"));
+        return Err(format!(
+            "class {class:?} is not letters, digits, '-' or '_'"
+        ));
     }
     Ok(())
 }
@@ -163,7 +167,10 @@ mod tests {
             device_plugin_dir: "plugins".into(),
             ..Default::default()
         };
-        assert_eq!(validate(&relative).map_err(|e| e.0), Err("kubernetes.device_plugin_dir"));
+        assert_eq!(
+            validate(&relative).map_err(|e| e.0),
+            Err("kubernetes.device_plugin_dir")
+        );
         let cdi = KubernetesConfig {
             cdi_kind: "nvidia.com".into(),
             ..Default::default()
@@ -173,6 +180,9 @@ mod tests {
             resource_names: [("1g.10gb".to_owned(), "small".to_owned())].into(),
             ..Default::default()
         };
-        assert_eq!(validate(&mapped).map_err(|e| e.0), Err("kubernetes.resource_names"));
+        assert_eq!(
+            validate(&mapped).map_err(|e| e.0),
+            Err("kubernetes.resource_names")
+        );
     }
 }
