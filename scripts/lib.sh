@@ -15,8 +15,21 @@ ensure_packages() {
 }
 
 # The system libraries the workspace builds against; protoc for kubeplugin's gRPC code; dpkg-dev
-# (dpkg-shlibdeps) and binutils (strip) for scripts/package.
+# (dpkg-shlibdeps, which cargo-deb runs) and binutils (strip) for scripts/package.
 BUILD_PACKAGES=(pkg-config libvirt-dev libudev-dev protobuf-compiler dpkg-dev binutils)
+# cargo-deb, which builds the .deb (scripts/package), pinned. No default features: they would
+# build liblzma from C (lzma) and the elf crate (debug-id), neither of which the package uses;
+# scripts/package has cargo-deb pipe through the system's gzip (--compress-system), so its own
+# gzip feature is not needed either. Installing it takes about 75 s on 2 cores.
+CARGO_DEB_VERSION=3.8.0
+
+# Installs cargo-deb $CARGO_DEB_VERSION from crates.io unless `cargo deb --version` already says so.
+ensure_cargo_deb() {
+    [ "$(cargo deb --version 2>/dev/null)" = "cargo-deb $CARGO_DEB_VERSION" ] && return 0
+    echo "installing cargo-deb $CARGO_DEB_VERSION (cargo install --locked)" >&2
+    cargo install --locked --no-default-features cargo-deb --version "$CARGO_DEB_VERSION" >&2
+}
+
 # The real peers the tests start themselves: a private dbus-daemon and busctl, openssl and curl
 # for the TLS listener, jq for the demo, prometheus (the server and promtool) for
 # tests/prometheus; for tests/system (the package on a booted systemd guest): mmdebstrap (the
