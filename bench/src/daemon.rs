@@ -78,6 +78,8 @@ fn setup(o: &Options, name: &str, profile: &str, poll_ms: u64) -> anyhow::Result
         profile: profile.to_owned(),
         dir,
         poll_ms,
+        extra_config: String::new(),
+        env: Vec::new(),
     })
 }
 

@@ -23,6 +23,10 @@ pub struct Setup {
     pub dir: PathBuf,
     /// `[metrics] poll_interval_ms`.
     pub poll_ms: u64,
+    /// More of `vgpud.toml`, appended after `[metrics]` (whole sections).
+    pub extra_config: String,
+    /// Environment variables for the daemon (the simulator's latency model, say).
+    pub env: Vec<(String, String)>,
 }
 
 /// A running daemon.
@@ -48,7 +52,10 @@ pub fn start(setup: &Setup) -> anyhow::Result<Daemon> {
     let config = setup.dir.join("vgpud.toml");
     std::fs::write(
         &config,
-        format!("[metrics]\npoll_interval_ms = {}\n", setup.poll_ms),
+        format!(
+            "[metrics]\npoll_interval_ms = {}\n{}",
+            setup.poll_ms, setup.extra_config
+        ),
     )?;
     let notify_path = setup.dir.join("notify.sock");
     let _ = std::fs::remove_file(&notify_path);
@@ -67,6 +74,7 @@ pub fn start(setup: &Setup) -> anyhow::Result<Daemon> {
         .arg("--no-dbus")
         .env("NOTIFY_SOCKET", &notify_path)
         .env("VGPUD_LOG", "warn")
+        .envs(setup.env.iter().map(|(k, v)| (k, v)))
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", setup.vgpud.display()))?;

@@ -14,26 +14,54 @@ use crate::openb::Pod;
 /// A trace sample: MIG profile, memory slices, VM CPU and memory, lifetime in seconds.
 #[derive(Debug, Clone)]
 pub struct Sample {
-    profile: ids::MigProfileName,
-    slices: u32,
+    pub(crate) profile: ids::MigProfileName,
+    pub(crate) slices: u32,
     cpu_milli: u32,
     memory_mib: u64,
-    lifetime: f64,
+    pub(crate) lifetime: f64,
+}
+
+/// A GPU's MIG profiles by compute slices (1, 2, 3, 4, 7), each with its memory slices.
+pub(crate) type ProfileLadder = [(&'static str, u32); 5];
+
+/// The H200's (NVIDIA MIG user guide, H200 profiles table).
+const H200_LADDER: ProfileLadder = [
+    ("1g.18gb", 1),
+    ("2g.35gb", 2),
+    ("3g.71gb", 4),
+    ("4g.71gb", 4),
+    ("7g.141gb", 8),
+];
+
+/// The smallest profile of `ladder` with at least a `milli` thousandths share of compute.
+pub(crate) fn smallest_profile(milli: u32, ladder: &ProfileLadder) -> (&'static str, u32) {
+    let compute = (u64::from(milli) * 7).div_ceil(1000);
+    let step = match compute {
+        0 | 1 => 0,
+        2 => 1,
+        3 => 2,
+        4 => 3,
+        _ => 4,
+    };
+    ladder[step]
 }
 
 /// Maps a GPU share to the smallest H200 profile with at least that share of compute.
 fn profile_for(milli: u32) -> (&'static str, u32) {
-    match (u64::from(milli) * 7).div_ceil(1000) {
-        0 | 1 => ("1g.18gb", 1),
-        2 => ("2g.35gb", 2),
-        3 => ("3g.71gb", 4),
-        4 => ("4g.71gb", 4),
-        _ => ("7g.141gb", 8),
-    }
+    smallest_profile(milli, &H200_LADDER)
 }
 
-/// The trace's sharing pods (with their lifetimes) as MIG requests.
+/// The trace's sharing pods (with their lifetimes) as H200 MIG requests.
 pub fn samples(pods: &[(Pod, f64)]) -> Vec<Sample> {
+    samples_with(pods, profile_for)
+}
+
+/// The trace's sharing pods (with their lifetimes) as MIG requests, each share mapped to a
+/// profile and its memory slices by `profile_for`.
+pub fn samples_with(
+    pods: &[(Pod, f64)],
+    profile_for: fn(u32) -> (&'static str, u32),
+) -> Vec<Sample> {
     pods.iter()
         .filter(|(p, life)| p.is_share() && *life > 0.0)
         .filter_map(|(p, life)| {

@@ -14,6 +14,7 @@ mod online;
 mod replay;
 mod scrape;
 mod simcost;
+mod warm_start;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -177,6 +178,47 @@ enum Cmd {
         /// Connections of the burst.
         #[arg(long, default_value_t = 5_000)]
         connections: usize,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Start time, warm against cold: openb VM starts on the simulated DGX A100 with the
+    /// device-latency model on, slices made on demand, from a warm pool, or left free.
+    WarmStart {
+        /// Pod list CSV with creation and deletion times (its sharing pods are drawn).
+        #[arg(long)]
+        pods: PathBuf,
+        /// The `vgpud` binary (default: the one next to this program).
+        #[arg(long)]
+        vgpud: Option<PathBuf>,
+        /// Where the daemons' directories go (each mode removes and re-makes its own).
+        #[arg(long, default_value = "target/bench-warm-start")]
+        dir: PathBuf,
+        /// Modes, comma-separated: on-demand, warm-pool, keep-free.
+        #[arg(long, default_value = "on-demand,warm-pool,keep-free")]
+        modes: String,
+        /// Measured VM starts per mode (after a warm-up of a tenth as many).
+        #[arg(long, default_value_t = 300)]
+        arrivals: usize,
+        /// Time factor for device operations, gaps, lifetimes and the pool's interval
+        /// (`VGPUD_SIM_LATENCY`; 1 = the published durations).
+        #[arg(long, default_value_t = 0.1)]
+        scale: f64,
+        /// Mean gap between VM starts at scale 1, seconds.
+        #[arg(long, default_value_t = 3.0)]
+        gap: f64,
+        /// Offered load, a share of the host's memory slices.
+        #[arg(long, default_value_t = 0.8)]
+        load: f64,
+        /// `[warm_pool] size`.
+        #[arg(long, default_value_t = 8)]
+        pool_size: u32,
+        /// `[warm_pool] creates_per_pass`.
+        #[arg(long, default_value_t = 1)]
+        creates_per_pass: u32,
+        /// Random seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
         /// Where to write the JSON result.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -659,6 +701,40 @@ fn main() -> anyhow::Result<()> {
             hang_ms,
             json,
         } => metrics_scrape(scrapes, hang_ms, json),
+        Cmd::WarmStart {
+            pods,
+            vgpud,
+            dir,
+            modes,
+            arrivals,
+            scale,
+            gap,
+            load,
+            pool_size,
+            creates_per_pass,
+            seed,
+            json,
+        } => {
+            let o = warm_start::Options {
+                vgpud: vgpud.unwrap_or_else(daemon_proc::default_vgpud),
+                dir,
+                modes: modes.split(',').map(|m| m.trim().to_owned()).collect(),
+                arrivals,
+                scale,
+                gap_s: gap,
+                load,
+                pool_size,
+                creates_per_pass,
+                seed,
+            };
+            let pods = openb::read_pods_with_lifetime(&pods)?;
+            let result = warm_start::run(&o, &pods)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&result)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            Ok(())
+        }
     }
 }
 
