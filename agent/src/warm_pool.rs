@@ -71,17 +71,14 @@ fn free_by_type(engine: &Engine) -> BTreeMap<String, u32> {
     out
 }
 
-/// One top-up: makes up to `creates_per_pass` slices, each of the type furthest below its
-/// target; a type that finds no room is left for the next pass. Returns how many were made.
-pub fn refill(engine: &Engine, config: &WarmPoolConfig) -> usize {
-    let want = targets(&engine.demand_mix(), config.size);
-    let mut have = free_by_type(engine);
-    let mut full: Vec<String> = Vec::new();
-    let mut made = 0;
-    for _ in 0..config.creates_per_pass {
+/// The types one top-up makes, most wanted first: up to `creates` slices, each of the type then
+/// furthest below its target.
+fn plan(want: &BTreeMap<String, u32>, have: &BTreeMap<String, u32>, creates: u32) -> Vec<String> {
+    let mut have = have.clone();
+    let mut out = Vec::new();
+    for _ in 0..creates {
         let short = want
             .iter()
-            .filter(|(t, _)| !full.contains(t))
             .map(|(t, n)| {
                 (
                     t,
@@ -89,21 +86,38 @@ pub fn refill(engine: &Engine, config: &WarmPoolConfig) -> usize {
                 )
             })
             .filter(|(_, gap)| *gap > 0)
-            .max_by_key(|(_, gap)| *gap);
+            .min_by_key(|(_, gap)| std::cmp::Reverse(*gap));
         let Some((t, _)) = short else { break };
-        match engine.warm_one(t) {
-            Ok(Some(_)) => {
-                *have.entry(t.clone()).or_default() += 1;
-                made += 1;
-            }
-            Ok(None) => full.push(t.clone()),
-            Err(e) => {
-                tracing::warn!(slice_type = %t, "warm pool: cannot make a slice: {e}");
-                full.push(t.clone());
-            }
-        }
+        *have.entry(t.clone()).or_default() += 1;
+        out.push(t.clone());
     }
-    made
+    out
+}
+
+/// One top-up: makes the slices of [`plan`] at once, one thread each (creates on different
+/// GPUs overlap; two on one GPU wait for its lock in turn); a type that finds no room is left
+/// for the next pass. Returns how many were made.
+pub fn refill(engine: &Engine, config: &WarmPoolConfig) -> usize {
+    let want = targets(&engine.demand_mix(), config.size);
+    let todo = plan(&want, &free_by_type(engine), config.creates_per_pass);
+    std::thread::scope(|scope| {
+        let makers: Vec<_> = todo
+            .iter()
+            .map(|t| scope.spawn(move || (t, engine.warm_one(t))))
+            .collect();
+        makers
+            .into_iter()
+            .filter_map(|m| m.join().ok())
+            .filter(|(t, made)| match made {
+                Ok(Some(_)) => true,
+                Ok(None) => false,
+                Err(e) => {
+                    tracing::warn!(slice_type = %t, "warm pool: cannot make a slice: {e}");
+                    false
+                }
+            })
+            .count()
+    })
 }
 
 #[cfg(test)]
@@ -158,5 +172,16 @@ mod tests {
         assert_eq!((t["2g.20gb"], t["1g.10gb"]), (2, 1), "{t:?}");
         // Nothing seen: no pool, whatever the prior says.
         assert!(targets(&mix(0, vec![mig("1g.10gb", 1.0)]), 4).is_empty());
+    }
+
+    #[test]
+    fn a_top_up_makes_what_is_most_short_first_and_stops_at_the_targets() {
+        let want: BTreeMap<String, u32> = [("a".to_owned(), 3), ("b".to_owned(), 2)].into();
+        let have: BTreeMap<String, u32> = [("a".to_owned(), 1), ("c".to_owned(), 5)].into();
+        assert_eq!(plan(&want, &have, 1), ["a"]);
+        // a is 2 short, b 2: a first (ties go to the first), then b, then a and b are 1 short.
+        assert_eq!(plan(&want, &have, 3), ["a", "b", "a"]);
+        assert_eq!(plan(&want, &have, 64), ["a", "b", "a", "b"]);
+        assert!(plan(&want, &want, 4).is_empty());
     }
 }

@@ -214,7 +214,7 @@ enum Cmd {
         #[arg(long, default_value_t = 8)]
         pool_size: u32,
         /// `[warm_pool] creates_per_pass`.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 4)]
         creates_per_pass: u32,
         /// Random seed.
         #[arg(long, default_value_t = 42)]

@@ -13,7 +13,8 @@ pub struct WarmPoolConfig {
     pub size: u32,
     /// How often the pool is topped up, ms.
     pub interval_ms: u64,
-    /// At most this many slices made per top-up (each holds its GPU's lock while it is made).
+    /// At most this many slices made per top-up, at once (creates on one GPU take its lock in
+    /// turn).
     pub creates_per_pass: u32,
 }
 
@@ -23,7 +24,7 @@ impl Default for WarmPoolConfig {
             enabled: false,
             size: 4,
             interval_ms: 1000,
-            creates_per_pass: 1,
+            creates_per_pass: 4,
         }
     }
 }

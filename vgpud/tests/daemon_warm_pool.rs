@@ -1,0 +1,184 @@
+//! The warm pool end to end through `vgpud run` on a simulated dgx-a100 with `[warm_pool]` on:
+//! nothing is made before the first request; after it the pool fills to its size and no
+//! further; a request claims a pool slice (no new slice made) and the pool tops itself up again;
+//! a request for whole GPUs gets them though the pool holds free slices; a restart keeps the
+//! pool at its size.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const POOL: usize = 3;
+const CONFIG: &str = "[warm_pool]\nenabled = true\nsize = 3\ninterval_ms = 100\n";
+
+/// The daemon, killed when the test ends, however it ends.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn start(dir: &Path, name: &str) -> Daemon {
+        let log = dir.join(format!("{name}.log"));
+        let mut vgpud = Command::new(env!("CARGO_BIN_EXE_vgpud"));
+        let child = testkit::daemon::sim_run(&mut vgpud, dir, "dgx-a100", None)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let d = Daemon {
+            child,
+            socket: dir.join("api.sock"),
+            log,
+        };
+        common::wait_for_text(|| d.log_text(), " ready: ", Duration::from_secs(30));
+        d
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
+        let (status, _, body) = common::unix_request(&self.socket, method, path, body);
+        (status, serde_json::from_str(&body).unwrap_or_default())
+    }
+
+    fn slices(&self) -> Vec<serde_json::Value> {
+        let (status, v) = self.http("GET", "/v1/slices", None);
+        assert_eq!(status, 200, "{v}");
+        v.as_array().unwrap().clone()
+    }
+
+    /// The ids of the ready slices no allocation holds.
+    fn free(&self) -> BTreeSet<String> {
+        self.slices()
+            .iter()
+            .filter(|s| s["state"] == "ready" && s.get("allocation").is_none())
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Waits until `POOL` slices are free, then checks a second of top-ups adds none.
+    fn wait_for_full_pool(&self) -> BTreeSet<String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.free().len() < POOL {
+            assert!(
+                Instant::now() < deadline,
+                "the pool did not fill: {:?}\n{}",
+                self.slices(),
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let free = self.free();
+        assert_eq!(free.len(), POOL, "the pool overfilled: {:?}", self.slices());
+        free
+    }
+
+    fn allocate(&self, consumer: &str, kind: &str, count: u32) -> serde_json::Value {
+        let body =
+            format!(r#"{{"consumer":"{consumer}","request":{{"type":"{kind}","count":{count}}}}}"#);
+        let (status, v) = self.http("POST", "/v1/allocations", Some(&body));
+        assert_eq!(status, 201, "{v}\n{}", self.log_text());
+        v
+    }
+
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}:\n{}", self.log_text());
+    }
+}
+
+fn slice_ids(allocation: &serde_json::Value) -> BTreeSet<String> {
+    allocation["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_pool_fills_from_demand_serves_requests_and_gives_way() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("vgpud.toml"), CONFIG).unwrap();
+    let d = Daemon::start(dir.path(), "first");
+
+    // No request yet: no demand, no pool (ten top-up intervals).
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(d.slices().is_empty(), "{:?}", d.slices());
+
+    let first = d.allocate("vm1", "1g.10gb", 1);
+    let pool = d.wait_for_full_pool();
+    assert!(slice_ids(&first).is_disjoint(&pool));
+    assert!(d.log_text().contains("warm pool: made a free slice"));
+
+    // A request of a type the pool holds claims one of its slices: nothing new is made for it.
+    let before: BTreeSet<String> = d
+        .slices()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    let types: BTreeSet<String> = d
+        .slices()
+        .iter()
+        .filter(|s| pool.contains(s["id"].as_str().unwrap()))
+        .map(|s| s["type"].as_str().unwrap().to_owned())
+        .collect();
+    let kind = types.iter().next().unwrap().clone();
+    let second = d.allocate("vm2", &kind, 1);
+    assert!(slice_ids(&second).is_subset(&before), "{second}");
+    assert!(slice_ids(&second).is_subset(&pool), "{second}");
+    // ...and the pool makes up for it.
+    d.wait_for_full_pool();
+
+    // Whole GPUs for every GPU no allocation holds: the pool's slices there give way.
+    let held: BTreeSet<String> = d
+        .slices()
+        .iter()
+        .filter(|s| s.get("allocation").is_some())
+        .map(|s| s["gpu"].as_str().unwrap().to_owned())
+        .collect();
+    let big = d.allocate("vm3", "7g.80gb", 8 - held.len() as u32);
+    assert_eq!(slice_ids(&big).len(), 8 - held.len());
+    assert!(
+        d.log_text()
+            .contains("warm pool: gave up free slices for a request")
+    );
+
+    // A restart: the daemon comes back with the pool it had, still at its size.
+    d.http(
+        "DELETE",
+        &format!("/v1/allocations/{}", big["id"].as_str().unwrap()),
+        None,
+    );
+    for id in slice_ids(&big) {
+        assert_eq!(d.http("DELETE", &format!("/v1/slices/{id}"), None).0, 204);
+    }
+    let pool = d.wait_for_full_pool();
+    d.stop();
+    let d = Daemon::start(dir.path(), "second");
+    assert_eq!(d.wait_for_full_pool(), pool, "{}", d.log_text());
+    d.stop();
+}
