@@ -1,8 +1,8 @@
 //! The warm pool end to end through `vgpud run` on a simulated dgx-a100 with `[warm_pool]` on:
 //! nothing is made before the first request; after it the pool fills to its size and no
 //! further; a request claims a pool slice (no new slice made) and the pool tops itself up again;
-//! a request for whole GPUs gets them though the pool holds free slices; a restart keeps the
-//! pool at its size.
+//! a request for every GPU whole gets them though the pool holds free slices there; a restart keeps the
+//! pool at its size. The pool's counters are on `/metrics`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 mod common;
@@ -96,6 +96,18 @@ impl Daemon {
         v
     }
 
+    /// Releases an allocation and destroys its slices.
+    fn release_and_destroy(&self, allocation: &serde_json::Value) {
+        let path = format!("/v1/allocations/{}", allocation["id"].as_str().unwrap());
+        assert_eq!(self.http("DELETE", &path, None).0, 204);
+        for id in slice_ids(allocation) {
+            assert_eq!(
+                self.http("DELETE", &format!("/v1/slices/{id}"), None).0,
+                204
+            );
+        }
+    }
+
     fn stop(mut self) {
         let pid = self.child.id().to_string();
         assert!(
@@ -153,29 +165,27 @@ fn the_pool_fills_from_demand_serves_requests_and_gives_way() {
     // ...and the pool makes up for it.
     d.wait_for_full_pool();
 
-    // Whole GPUs for every GPU no allocation holds: the pool's slices there give way.
-    let held: BTreeSet<String> = d
-        .slices()
-        .iter()
-        .filter(|s| s.get("allocation").is_some())
-        .map(|s| s["gpu"].as_str().unwrap().to_owned())
-        .collect();
-    let big = d.allocate("vm3", "7g.80gb", 8 - held.len() as u32);
-    assert_eq!(slice_ids(&big).len(), 8 - held.len());
+    // Every GPU whole, once vm1 and vm2 are gone: the pool's free slices give way, wherever
+    // it put them.
+    for a in [&first, &second] {
+        d.release_and_destroy(a);
+    }
+    d.wait_for_full_pool();
+    let big = d.allocate("vm3", "7g.80gb", 8);
+    assert_eq!(slice_ids(&big).len(), 8);
     assert!(
         d.log_text()
             .contains("warm pool: gave up free slices for a request")
     );
+    let (status, _, metrics) = common::unix_request(&d.socket, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    for event in ["made", "given_up"] {
+        let needle = format!("vgpud_warm_pool_slices_total{{event=\"{event}\"");
+        assert!(metrics.contains(&needle), "no {needle} in:\n{metrics}");
+    }
 
     // A restart: the daemon comes back with the pool it had, still at its size.
-    d.http(
-        "DELETE",
-        &format!("/v1/allocations/{}", big["id"].as_str().unwrap()),
-        None,
-    );
-    for id in slice_ids(&big) {
-        assert_eq!(d.http("DELETE", &format!("/v1/slices/{id}"), None).0, 204);
-    }
+    d.release_and_destroy(&big);
     let pool = d.wait_for_full_pool();
     d.stop();
     let d = Daemon::start(dir.path(), "second");

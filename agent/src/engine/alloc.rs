@@ -51,7 +51,11 @@ impl Engine {
         let mut picked = Vec::new();
         let mut created = Vec::new();
         let mut gathered = self.gather_on(&req, scheduling, &mut picked, &mut created, true);
-        if matches!(gathered, Err(EngineError::NoCapacity(_)))
+        // Short of room: the pool pauses to the end of this allocation, so that no top-up takes
+        // back the room its slices give up.
+        let _pool_paused =
+            matches!(gathered, Err(EngineError::NoCapacity(_))).then(|| self.pause_warm_pool());
+        if _pool_paused.is_some()
             && self.yield_warm_pool(&self.candidate_gpus(&r.slice_type, r.gpu)) > 0
         {
             // The warm pool's free slices held the room: they are gone, so once more (the

@@ -76,6 +76,9 @@ pub(super) struct Inner {
     pub(super) inventory: InventoryCache,
     /// The demand mix learnt from the requests placed (see `demand_mix`).
     pub(super) mix: Mutex<LearntMix>,
+    /// Allocations that gave up warm-pool slices and are not done yet: while any is, the pool
+    /// makes nothing (it would take back the room they freed; see `warm_pool`).
+    pub(super) pool_yields: std::sync::atomic::AtomicUsize,
 }
 
 impl Engine {
@@ -110,6 +113,7 @@ impl Engine {
                 events,
                 metrics,
                 inventory: InventoryCache::default(),
+                pool_yields: std::sync::atomic::AtomicUsize::new(0),
                 mix: Mutex::new(LearntMix::new(mix)),
             }),
         })

@@ -11,6 +11,7 @@
 //! free).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::error::Result;
 use super::handle::Engine;
@@ -27,6 +28,9 @@ impl Engine {
     /// on a GPU no layout selects, and records it as the pool's. `Ok(None)` when no such GPU
     /// has room; the request is not counted in the demand mix (it is not demand).
     pub fn warm_one(&self, slice_type: &str) -> Result<Option<SliceId>> {
+        if self.inner.pool_yields.load(Ordering::SeqCst) > 0 {
+            return Ok(None);
+        }
         let with_layout: BTreeSet<ids::PciAddress> =
             lock(&self.inner.layout_status).keys().copied().collect();
         let specs: Vec<SliceSpec> = self
@@ -59,6 +63,7 @@ impl Engine {
         let recorded = self.write(|d| d.warm_pool.insert(id));
         lock(&self.inner.claims).remove(&id);
         recorded?;
+        self.metrics().warm_pool("made", slice_type, 1);
         tracing::info!(slice = %id, slice_type, "warm pool: made a free slice ahead of demand");
         Ok(Some(id))
     }
@@ -79,18 +84,32 @@ impl Engine {
             .collect()
     }
 
+    /// Stops the pool making slices until the guard is dropped: held by an allocation from
+    /// before it gives pool slices up until it is done, so the room stays its own.
+    pub(crate) fn pause_warm_pool(&self) -> PoolPause<'_> {
+        self.inner.pool_yields.fetch_add(1, Ordering::SeqCst);
+        PoolPause(&self.inner.pool_yields)
+    }
+
     /// Destroys the free pool slices on `gpus` so a request can use their room; how many went.
     pub(crate) fn yield_warm_pool(&self, gpus: &BTreeSet<DeviceRef>) -> usize {
         let mut gone = 0;
         for id in self.warm_pool_free() {
-            let Some(gpu) = self.read(|d| d.slices.get(&id).map(|s| s.spec.gpu.clone())) else {
+            let Some((gpu, kind)) = self.read(|d| {
+                d.slices
+                    .get(&id)
+                    .map(|s| (s.spec.gpu.clone(), s.spec.kind.type_label()))
+            }) else {
                 continue;
             };
             if !gpus.contains(&gpu) {
                 continue;
             }
             match self.destroy_slice(id) {
-                Ok(()) => gone += 1,
+                Ok(()) => {
+                    gone += 1;
+                    self.metrics().warm_pool("given_up", &kind, 1);
+                }
                 // Claimed or allocated meanwhile: it is serving a request already.
                 Err(e) => tracing::debug!(slice = %id, "warm pool slice kept: {e}"),
             }
@@ -113,5 +132,14 @@ impl Engine {
         candidates(self.host(), slice_type, gpu)
             .map(|specs| specs.into_iter().map(|s| s.gpu).collect())
             .unwrap_or_default()
+    }
+}
+
+/// See [`Engine::pause_warm_pool`].
+pub(crate) struct PoolPause<'a>(&'a AtomicUsize);
+
+impl Drop for PoolPause<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

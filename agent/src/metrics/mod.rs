@@ -50,6 +50,7 @@ pub struct Metrics {
     telemetry_poll_duration: Histogram,
     telemetry_errors: Family<Labels, Counter>,
     placement_consumer_checks: Family<Labels, Counter>,
+    warm_pool_slices: Family<Labels, Counter>,
     demand_mix: demand_mix::DemandMixGauges,
 }
 
@@ -71,6 +72,7 @@ impl Default for Metrics {
             telemetry_poll_duration: latency_histogram(),
             telemetry_errors: Family::default(),
             placement_consumer_checks: Family::default(),
+            warm_pool_slices: Family::default(),
             demand_mix: demand_mix::DemandMixGauges::default(),
         }
     }
@@ -181,6 +183,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Warm-pool slices of `slice_type`: `made` ahead of demand, or `given_up` for a request
+    /// that needed their room.
+    pub fn warm_pool(&self, event: &str, slice_type: &str, n: u64) {
+        self.warm_pool_slices
+            .get_or_create(&labels(&[("event", event), ("type", slice_type)]))
+            .inc_by(n);
+    }
+
     /// The demand mix the engine has learnt, shares included: at start and when it is saved.
     pub fn set_demand_mix(&self, mix: &sched::MixEstimator) {
         self.demand_mix.set(mix);
@@ -263,6 +273,11 @@ impl Metrics {
             "vgpud_placement_consumer_checks",
             "Checks of allocation requests' Placement consumers by outcome",
             self.placement_consumer_checks.clone(),
+        );
+        registry.register(
+            "vgpud_warm_pool_slices",
+            "Warm-pool slices made ahead of demand or given up for a request, by type",
+            self.warm_pool_slices.clone(),
         );
     }
 }
