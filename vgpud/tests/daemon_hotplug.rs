@@ -10,27 +10,23 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Well below the reconcile interval of the test's configuration (3600 s).
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(15);
 
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
+/// The daemon, with what this test asks of it.
+struct Daemon(common::SimDaemon);
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Daemon {
+    type Target = common::SimDaemon;
+    fn deref(&self) -> &common::SimDaemon {
+        &self.0
     }
 }
 
@@ -41,28 +37,7 @@ impl Daemon {
             "[engine]\nreconcile_interval_s = 3600\n",
         )
         .unwrap();
-        let log = dir.join("vgpud.log");
-        let mut vgpud = Command::new(env!("CARGO_BIN_EXE_vgpud"));
-        let child = testkit::daemon::sim_run(&mut vgpud, dir, "dgx-a100", None)
-            .arg("--no-dbus")
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            child,
-            socket: dir.join("api.sock"),
-            log,
-        };
-        d.wait_for_log(" ready: ", START_TIMEOUT);
-        d
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
-        common::wait_for_text(|| self.log_text(), needle, timeout)
+        Daemon(common::SimDaemon::start(dir, "dgx-a100", "vgpud"))
     }
 
     /// One request; the status and the JSON body.
@@ -143,7 +118,7 @@ fn ids(v: &Value) -> Vec<String> {
 fn a_removed_gpu_fails_its_slices_at_once_and_its_return_restores_them() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(dir.path());
-    let log = d.wait_for_log("hot-plug: device events from", START_TIMEOUT);
+    let log = d.wait_for_log("hot-plug: device events from", common::START_TIMEOUT);
     assert!(log.contains("the simulated kernel's uevents"), "{log}");
     let events = d.events();
 

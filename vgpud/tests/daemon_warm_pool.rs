@@ -8,46 +8,25 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const POOL: usize = 3;
 const CONFIG: &str = "[warm_pool]\nenabled = true\nsize = 3\ninterval_ms = 100\n";
 
-/// The daemon, killed when the test ends, however it ends.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
+/// The daemon, with what this test asks of it.
+struct Daemon(common::SimDaemon);
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Daemon {
+    type Target = common::SimDaemon;
+    fn deref(&self) -> &common::SimDaemon {
+        &self.0
     }
 }
 
 impl Daemon {
     fn start(dir: &Path, name: &str) -> Daemon {
-        let log = dir.join(format!("{name}.log"));
-        let mut vgpud = Command::new(env!("CARGO_BIN_EXE_vgpud"));
-        let child = testkit::daemon::sim_run(&mut vgpud, dir, "dgx-a100", None)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            child,
-            socket: dir.join("api.sock"),
-            log,
-        };
-        common::wait_for_text(|| d.log_text(), " ready: ", Duration::from_secs(30));
-        d
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        Daemon(common::SimDaemon::start(dir, "dgx-a100", name))
     }
 
     fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
@@ -108,17 +87,8 @@ impl Daemon {
         }
     }
 
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "{status}:\n{}", self.log_text());
+    fn stop(self) {
+        self.0.stop();
     }
 }
 

@@ -5,6 +5,8 @@
 //! allocation is written in one store write: a crash before that leaves free owned slices, never
 //! a half allocation.
 
+use std::collections::BTreeSet;
+
 use ids::PciAddress;
 
 use super::error::{EngineError, Result};
@@ -52,19 +54,25 @@ impl Engine {
         let mut created = Vec::new();
         let mut gathered = self.gather_on(&req, scheduling, &mut picked, &mut created, true);
         // Short of room: the pool pauses to the end of this allocation, so that no top-up takes
-        // back the room its slices give up.
+        // back the room its slices give up, and gives its free slices up one GPU at a time (the
+        // GPUs it holds most alone first), the request tried again after each, until it fits.
         let _pool_paused =
             matches!(gathered, Err(EngineError::NoCapacity(_))).then(|| self.pause_warm_pool());
-        if _pool_paused.is_some()
-            && self.yield_warm_pool(&self.candidate_gpus(&r.slice_type, r.gpu)) > 0
-        {
-            // The warm pool's free slices held the room: they are gone, so once more (the
-            // request was counted in the demand mix already).
-            lock(&self.inner.claims).retain(|s| !picked.contains(s));
-            self.destroy_unused(&created);
-            picked.clear();
-            created.clear();
-            gathered = self.gather_on(&req, scheduling, &mut picked, &mut created, false);
+        if _pool_paused.is_some() {
+            for gpu in self.warm_pool_yield_order(&self.candidate_gpus(&r.slice_type, r.gpu)) {
+                if self.yield_warm_pool(&BTreeSet::from([gpu])) == 0 {
+                    continue;
+                }
+                // Once more (the request was counted in the demand mix already).
+                lock(&self.inner.claims).retain(|s| !picked.contains(s));
+                self.destroy_unused(&created);
+                picked.clear();
+                created.clear();
+                gathered = self.gather_on(&req, scheduling, &mut picked, &mut created, false);
+                if !matches!(gathered, Err(EngineError::NoCapacity(_))) {
+                    break;
+                }
+            }
         }
         let mut alloc = Allocation {
             id: AllocationId::new_random(),

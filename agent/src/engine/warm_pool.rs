@@ -123,6 +123,28 @@ impl Engine {
         gone
     }
 
+    /// The GPUs of `gpus` holding free pool slices, in the order a request short of room takes
+    /// them back: fewest other slices first (a GPU the pool holds alone frees whole), then most
+    /// pool slices; so a request gives up only as much of the pool as it needs.
+    pub(crate) fn warm_pool_yield_order(&self, gpus: &BTreeSet<DeviceRef>) -> Vec<DeviceRef> {
+        let pool: BTreeSet<SliceId> = self.warm_pool_free().into_iter().collect();
+        let mut on: std::collections::BTreeMap<DeviceRef, (usize, usize)> = Default::default();
+        for s in self.slices() {
+            if gpus.contains(&s.spec.gpu) {
+                let (others, mine) = on.entry(s.spec.gpu.clone()).or_default();
+                if pool.contains(&s.id) {
+                    *mine += 1;
+                } else {
+                    *others += 1;
+                }
+            }
+        }
+        let mut order: Vec<(DeviceRef, (usize, usize))> =
+            on.into_iter().filter(|(_, (_, mine))| *mine > 0).collect();
+        order.sort_by_key(|(_, (others, mine))| (*others, std::cmp::Reverse(*mine)));
+        order.into_iter().map(|(gpu, _)| gpu).collect()
+    }
+
     /// The GPUs a request for `slice_type` could use (for [`Engine::yield_warm_pool`]).
     pub(crate) fn candidate_gpus(
         &self,
