@@ -94,12 +94,16 @@ fn plan(want: &BTreeMap<String, u32>, have: &BTreeMap<String, u32>, creates: u32
     out
 }
 
-/// One top-up: makes the slices of [`plan`] at once, one thread each (creates on different
+/// One top-up: while fewer than `size` slices are free, makes the slices of [`plan`] at once, one thread each (creates on different
 /// GPUs overlap; two on one GPU wait for its lock in turn); a type that finds no room is left
 /// for the next pass. Returns how many were made.
 pub fn refill(engine: &Engine, config: &WarmPoolConfig) -> usize {
     let want = targets(&engine.demand_mix(), config.size);
-    let todo = plan(&want, &free_by_type(engine), config.creates_per_pass);
+    let have = free_by_type(engine);
+    // `size` caps the free slices on the host, whatever their type: the mix moves (and a
+    // restart may load an older one), and slices of a type no longer wanted still count.
+    let room = config.size.saturating_sub(have.values().sum());
+    let todo = plan(&want, &have, room.min(config.creates_per_pass));
     std::thread::scope(|scope| {
         let makers: Vec<_> = todo
             .iter()

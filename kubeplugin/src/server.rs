@@ -26,14 +26,16 @@ const MAX_REQUEST_BYTES: usize = 1 << 20;
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A file's identity, to notice it replaced (kubelet re-creates its socket when it restarts
-/// and removes the plugins' sockets).
-pub type FileId = (u64, u64);
+/// and removes the plugins' sockets): device, inode and inode change time. The change time is
+/// there because a file system reuses a freed inode number at once (ext4 and tmpfs do), so a
+/// socket removed and made again often has the old number.
+pub type FileId = (u64, u64, i64, i64);
 
 /// The identity of the file at `path`, when there is one.
 pub fn file_id(path: &Path) -> Option<FileId> {
     std::fs::symlink_metadata(path)
         .ok()
-        .map(|m| (m.dev(), m.ino()))
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// The socket file name of a resource's plugin (what `Register` names as the endpoint).

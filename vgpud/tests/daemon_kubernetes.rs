@@ -488,7 +488,8 @@ fn allocate_on(
     daemon.lay_out(layout, slices);
     kubelet.wait_event(
         "devices",
-        |v| v["resource"] == resource && !v["devices"].as_array().unwrap().is_empty(),
+        // The layout's slices come one by one, each in a new list: wait for enough of them.
+        |v| v["resource"] == resource && v["devices"].as_array().unwrap().len() >= count,
         Duration::from_secs(20),
     );
     let ids = ids_of(&kubelet.command(&format!("preferred {resource} {count}")));
@@ -504,6 +505,21 @@ fn allocate_on(
     let chosen = ids.iter().map(|id| (id.clone(), all[id].clone())).collect();
     daemon.stop();
     (granted, chosen)
+}
+
+/// The Allocate answer's `var` lists exactly the chosen slices' `field`, comma-separated, as
+/// KubeVirt's virt-launcher reads it.
+fn assert_env_lists(granted: &Value, var: &str, chosen: &BTreeMap<String, Value>, field: &str) {
+    let expected: BTreeSet<String> = chosen
+        .values()
+        .map(|s| s[field].as_str().unwrap().to_owned())
+        .collect();
+    let env = granted["envs"][var].as_str().unwrap();
+    assert_eq!(
+        env.split(',').map(str::to_owned).collect::<BTreeSet<_>>(),
+        expected,
+        "{granted}"
+    );
 }
 
 /// `/dev/vfio/vfio` and each slice's group, read-write.
@@ -539,17 +555,11 @@ fn an_mdev_vgpu_is_handed_to_kubevirt_by_uuid() {
         resource,
         2,
     );
-    let uuids: BTreeSet<String> = chosen
-        .values()
-        .map(|s| s["mdev_uuid"].as_str().unwrap().to_owned())
-        .collect();
-    let env = granted["envs"]["MDEV_PCI_RESOURCE_NVIDIA_COM_GRID_T4-1B"]
-        .as_str()
-        .unwrap();
-    assert_eq!(
-        env.split(',').map(str::to_owned).collect::<BTreeSet<_>>(),
-        uuids,
-        "{granted}"
+    assert_env_lists(
+        &granted,
+        "MDEV_PCI_RESOURCE_NVIDIA_COM_GRID_T4-1B",
+        &chosen,
+        "mdev_uuid",
     );
     assert_vfio_nodes(&granted, &chosen);
 }
@@ -567,17 +577,11 @@ fn a_vendor_vfio_vgpu_is_handed_to_kubevirt_by_pci_address() {
         resource,
         2,
     );
-    let addresses: BTreeSet<String> = chosen
-        .values()
-        .map(|s| s["pci_address"].as_str().unwrap().to_owned())
-        .collect();
-    let env = granted["envs"]["PCI_RESOURCE_NVIDIA_COM_NVIDIA_H200X-1-18C"]
-        .as_str()
-        .unwrap();
-    assert_eq!(
-        env.split(',').map(str::to_owned).collect::<BTreeSet<_>>(),
-        addresses,
-        "{granted}"
+    assert_env_lists(
+        &granted,
+        "PCI_RESOURCE_NVIDIA_COM_NVIDIA_H200X-1-18C",
+        &chosen,
+        "pci_address",
     );
     assert_vfio_nodes(&granted, &chosen);
 }
