@@ -5,8 +5,6 @@
 //! allocation is written in one store write: a crash before that leaves free owned slices, never
 //! a half allocation.
 
-use std::collections::BTreeSet;
-
 use ids::PciAddress;
 
 use super::error::{EngineError, Result};
@@ -59,8 +57,8 @@ impl Engine {
         let _pool_paused =
             matches!(gathered, Err(EngineError::NoCapacity(_))).then(|| self.pause_warm_pool());
         if _pool_paused.is_some() {
-            for gpu in self.warm_pool_yield_order(&self.candidate_gpus(&r.slice_type, r.gpu)) {
-                if self.yield_warm_pool(&BTreeSet::from([gpu])) == 0 {
+            for group in self.warm_pool_yield_order(&self.candidate_gpus(&r.slice_type, r.gpu)) {
+                if self.yield_warm_pool(&group) == 0 {
                     continue;
                 }
                 // Once more (the request was counted in the demand mix already).

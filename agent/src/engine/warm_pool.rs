@@ -10,13 +10,15 @@
 //! took stays the pool's when released (vgpud made it unasked, so vgpud may destroy it when
 //! free).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::error::Result;
 use super::handle::Engine;
 use super::locks::lock;
-use super::model::{AllocationRequest, DeviceRef, SliceId, SliceRequest, SliceSpec, SliceState};
+use super::model::{
+    AllocationRequest, DeviceRef, Slice, SliceId, SliceRequest, SliceSpec, SliceState,
+};
 use super::resolve::candidates;
 use super::scheduling::{Scheduling, sched_request};
 
@@ -70,18 +72,20 @@ impl Engine {
 
     /// The pool's slices that are free now (present, unallocated, not being claimed).
     pub fn warm_pool_free(&self) -> Vec<SliceId> {
+        let slices = self.slices();
+        self.free_pool_slices(&slices).map(|s| s.id).collect()
+    }
+
+    /// The free pool slices among `slices` (one listing of the host, read by the caller).
+    fn free_pool_slices<'s>(&self, slices: &'s [Slice]) -> impl Iterator<Item = &'s Slice> {
         let claims = lock(&self.inner.claims).clone();
         let pool = self.read(|d| d.warm_pool.clone());
-        self.slices()
-            .into_iter()
-            .filter(|s| {
-                pool.contains(&s.id)
-                    && s.state == SliceState::Ready
-                    && s.owner.is_none()
-                    && !claims.contains(&s.id)
-            })
-            .map(|s| s.id)
-            .collect()
+        slices.iter().filter(move |s| {
+            pool.contains(&s.id)
+                && s.state == SliceState::Ready
+                && s.owner.is_none()
+                && !claims.contains(&s.id)
+        })
     }
 
     /// Stops the pool making slices until the guard is dropped: held by an allocation from
@@ -91,24 +95,15 @@ impl Engine {
         PoolPause(&self.inner.pool_yields)
     }
 
-    /// Destroys the free pool slices on `gpus` so a request can use their room; how many went.
-    pub(crate) fn yield_warm_pool(&self, gpus: &BTreeSet<DeviceRef>) -> usize {
+    /// Destroys `group` (free pool slices and their types, one GPU's from
+    /// [`Engine::warm_pool_yield_order`]) so a request can use their room; how many went.
+    pub(crate) fn yield_warm_pool(&self, group: &[(SliceId, String)]) -> usize {
         let mut gone = 0;
-        for id in self.warm_pool_free() {
-            let Some((gpu, kind)) = self.read(|d| {
-                d.slices
-                    .get(&id)
-                    .map(|s| (s.spec.gpu.clone(), s.spec.kind.type_label()))
-            }) else {
-                continue;
-            };
-            if !gpus.contains(&gpu) {
-                continue;
-            }
-            match self.destroy_slice(id) {
+        for (id, kind) in group {
+            match self.destroy_slice(*id) {
                 Ok(()) => {
                     gone += 1;
-                    self.metrics().warm_pool("given_up", &kind, 1);
+                    self.metrics().warm_pool("given_up", kind, 1);
                 }
                 // Claimed or allocated meanwhile: it is serving a request already.
                 Err(e) => tracing::debug!(slice = %id, "warm pool slice kept: {e}"),
@@ -123,26 +118,32 @@ impl Engine {
         gone
     }
 
-    /// The GPUs of `gpus` holding free pool slices, in the order a request short of room takes
-    /// them back: fewest other slices first (a GPU the pool holds alone frees whole), then most
-    /// pool slices; so a request gives up only as much of the pool as it needs.
-    pub(crate) fn warm_pool_yield_order(&self, gpus: &BTreeSet<DeviceRef>) -> Vec<DeviceRef> {
-        let pool: BTreeSet<SliceId> = self.warm_pool_free().into_iter().collect();
-        let mut on: std::collections::BTreeMap<DeviceRef, (usize, usize)> = Default::default();
-        for s in self.slices() {
-            if gpus.contains(&s.spec.gpu) {
-                let (others, mine) = on.entry(s.spec.gpu.clone()).or_default();
-                if pool.contains(&s.id) {
-                    *mine += 1;
-                } else {
-                    *others += 1;
-                }
+    /// The free pool slices on `gpus`, one group per GPU, in the order a request short of room
+    /// takes them back: GPUs with the fewest other slices first (a GPU the pool holds alone
+    /// frees whole), then the most pool slices; so a request gives up only as much of the pool
+    /// as it needs. One listing of the host.
+    pub(crate) fn warm_pool_yield_order(
+        &self,
+        gpus: &BTreeSet<DeviceRef>,
+    ) -> Vec<Vec<(SliceId, String)>> {
+        let slices = self.slices();
+        let pool: BTreeSet<SliceId> = self.free_pool_slices(&slices).map(|s| s.id).collect();
+        // Per GPU: the slices that are not the pool's free ones, and the pool's.
+        let mut on: BTreeMap<DeviceRef, (usize, Vec<(SliceId, String)>)> = BTreeMap::new();
+        for s in slices.iter().filter(|s| gpus.contains(&s.spec.gpu)) {
+            let (others, mine) = on.entry(s.spec.gpu.clone()).or_default();
+            if pool.contains(&s.id) {
+                mine.push((s.id, s.spec.kind.type_label()));
+            } else {
+                *others += 1;
             }
         }
-        let mut order: Vec<(DeviceRef, (usize, usize))> =
-            on.into_iter().filter(|(_, (_, mine))| *mine > 0).collect();
-        order.sort_by_key(|(_, (others, mine))| (*others, std::cmp::Reverse(*mine)));
-        order.into_iter().map(|(gpu, _)| gpu).collect()
+        let mut order: Vec<(usize, Vec<(SliceId, String)>)> = on
+            .into_values()
+            .filter(|(_, mine)| !mine.is_empty())
+            .collect();
+        order.sort_by_key(|(others, mine)| (*others, std::cmp::Reverse(mine.len())));
+        order.into_iter().map(|(_, mine)| mine).collect()
     }
 
     /// The GPUs a request for `slice_type` could use (for [`Engine::yield_warm_pool`]).
