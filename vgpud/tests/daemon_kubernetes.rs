@@ -169,6 +169,13 @@ impl Kubelet {
         self.wait_event_from(0, event, accept, timeout)
     }
 
+    /// Waits, from line `since` on, for `resource` to be registered and its list of `n` devices.
+    fn wait_registered_with_list(&self, since: usize, resource: &str, n: usize) {
+        let timeout = Duration::from_secs(20);
+        self.wait_event_from(since, "registered", |v| v["resource"] == resource, timeout);
+        self.wait_event_from(since, "devices", is_list_of(resource, n), timeout);
+    }
+
     fn mark(&self) -> usize {
         self.lines.lock().unwrap().len()
     }
@@ -426,18 +433,7 @@ fn the_dgx_mig_slices_reach_kubelet_with_numa_health_and_release() {
     // again and streams the list to the new kubelet.
     let since = kubelet.mark();
     assert_eq!(kubelet.command("restart")["event"], "kubelet_restarted");
-    kubelet.wait_event_from(
-        since,
-        "registered",
-        |v| v["resource"] == MIG,
-        Duration::from_secs(20),
-    );
-    kubelet.wait_event_from(
-        since,
-        "devices",
-        is_list_of(MIG, 56),
-        Duration::from_secs(20),
-    );
+    kubelet.wait_registered_with_list(since, MIG, 56);
 
     // The plugin restarts: the stream ends, the socket goes, and the new vgpud registers.
     let since = kubelet.mark();
@@ -456,18 +452,7 @@ fn the_dgx_mig_slices_reach_kubelet_with_numa_health_and_release() {
     assert!(leftovers.is_empty(), "sockets left behind: {leftovers:?}");
     let since = kubelet.mark();
     let again = Daemon::start(dir, "dgx-a100", "second");
-    kubelet.wait_event_from(
-        since,
-        "registered",
-        |v| v["resource"] == MIG,
-        Duration::from_secs(20),
-    );
-    kubelet.wait_event_from(
-        since,
-        "devices",
-        is_list_of(MIG, 56),
-        Duration::from_secs(20),
-    );
+    kubelet.wait_registered_with_list(since, MIG, 56);
     again.stop();
 }
 
