@@ -216,6 +216,11 @@ impl Service {
         self.engine.slices()
     }
 
+    /// The slices `allocations` hold (for answers about allocations: only those are observed).
+    pub fn slices_held(&self, allocations: &[Allocation]) -> Vec<Slice> {
+        self.engine.slices_held(allocations)
+    }
+
     /// One owned slice.
     pub fn slice(&self, id: SliceId) -> Result<Slice> {
         self.engine.slice(id)

@@ -44,3 +44,26 @@ fn a_change_behind_the_engines_back_shows_once_the_engine_is_told() {
     e.reconcile().unwrap();
     assert_eq!(e.inventory().gpus.len(), gpus);
 }
+
+#[test]
+fn an_unannounced_change_shows_after_the_backstop_without_a_reader_waiting_for_it() {
+    let h = sim("dgx-a100");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    e.reconcile().unwrap();
+    let gpus = e.inventory().gpus.len();
+    h.remove_gpu(addr(LAST)).unwrap();
+    std::thread::sleep(agent::engine::INVENTORY_MAX_AGE);
+    // The first reader after the backstop still gets the kept one (the re-discovery runs on
+    // a thread of its own); a later reader sees the host as it is.
+    assert_eq!(e.inventory().gpus.len(), gpus);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while e.inventory().gpus.len() == gpus {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the removal never showed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(e.inventory().gpus.len(), gpus - 1);
+}

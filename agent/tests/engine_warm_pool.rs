@@ -1,7 +1,8 @@
 //! The warm pool in the engine: a pool slice is made where the scheduler would place the type,
 //! on GPUs no layout selects; a request claims it without creating anything; a request that
 //! needs the room of free pool slices gets it (they are destroyed, never it refused); the pool
-//! is remembered across a restart.
+//! is remembered across a restart; a released slice joins the pool after one pass free, and a
+//! pool over its size is trimmed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on failure
 
 use testkit::*;
@@ -66,4 +67,42 @@ fn the_pool_stays_off_gpus_a_layout_selects() {
         let id = e.warm_one("1g.10gb").unwrap().expect("room elsewhere");
         assert_ne!(e.slice(id).unwrap().spec.gpu.to_string(), A100);
     }
+}
+
+#[test]
+fn released_slices_join_the_pool_and_a_pool_over_its_size_is_trimmed() {
+    let h = sim("dgx-a100");
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    let pool = agent::warm_pool::WarmPool::new(agent::config::WarmPoolConfig {
+        enabled: true,
+        size: 2,
+        ..Default::default()
+    });
+    // Three VMs of one type, released but not destroyed: three free slices outside the pool.
+    let allocs: Vec<_> = (0..3)
+        .map(|i| {
+            e.allocate(request(&format!("vm{i}"), "1g.10gb", None))
+                .unwrap()
+        })
+        .collect();
+    for a in &allocs {
+        e.release(a.id).unwrap();
+    }
+    let released: Vec<_> = allocs.iter().map(|a| a.slices[0]).collect();
+    // The first pass only notes them (a client that destroys what it releases comes first);
+    // three free is over the size: nothing is made.
+    assert_eq!(pool.refill(&e), 0);
+    assert!(e.warm_pool_free().is_empty());
+    // The second takes them and trims the one over the size of two.
+    assert_eq!(pool.refill(&e), 0);
+    let kept = e.warm_pool_free();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.iter().all(|id| released.contains(id)), "{kept:?}");
+    assert_eq!(e.slices().len(), 2, "the third was destroyed");
+    // Kept slices are the pool's: they give way like the ones it made.
+    let gpu = e.slice(kept[0]).unwrap().spec.gpu.to_string();
+    let big = e.allocate(request("big", "7g.80gb", Some(&gpu))).unwrap();
+    assert_eq!(big.slices.len(), 1);
+    assert!(e.slice(kept[0]).is_err());
 }

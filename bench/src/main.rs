@@ -194,7 +194,7 @@ enum Cmd {
         /// Where the daemons' directories go (each mode removes and re-makes its own).
         #[arg(long, default_value = "target/bench-warm-start")]
         dir: PathBuf,
-        /// Modes, comma-separated: on-demand, warm-pool, keep-free.
+        /// Modes, comma-separated: on-demand, warm-pool, keep-free, warm-keep.
         #[arg(long, default_value = "on-demand,warm-pool,keep-free")]
         modes: String,
         /// Measured VM starts per mode (after a warm-up of a tenth as many).

@@ -7,7 +7,10 @@
 //! - `warm-pool`: the same client, with `[warm_pool]` on, so a request claims a slice the
 //!   daemon made ahead from the demand it has seen;
 //! - `keep-free`: no pool, and the client leaves released slices free (the daemon's default),
-//!   so a request claims one when an earlier VM of its type has gone.
+//!   so a request claims one when an earlier VM of its type has gone;
+//! - `warm-keep`: the pool on and the client leaving released slices free: the pool keeps
+//!   them (they give way to a request short of room like its own) and trims what it holds
+//!   beyond its size.
 //!
 //! Arrivals are Poisson, one VM start every `gap_s` seconds on average; each VM takes the MIG
 //! profile of a sharing pod of the trace (its GPU share rounded up to A100 compute slices) and
@@ -44,7 +47,7 @@ pub struct Options {
     pub vgpud: PathBuf,
     /// Where the daemons' directories go.
     pub dir: PathBuf,
-    /// Modes to run: `on-demand`, `warm-pool`, `keep-free`.
+    /// Modes to run: `on-demand`, `warm-pool`, `keep-free`, `warm-keep`.
     pub modes: Vec<String>,
     /// Measured VM starts per mode (after a warm-up of a tenth as many).
     pub arrivals: usize,
@@ -124,8 +127,9 @@ fn schedule(samples: &[Sample], o: &Options) -> Vec<Start> {
 }
 
 /// What one VM saw.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Outcome {
+    profile: String,
     ready_ms: Option<f64>,
     counted: bool,
 }
@@ -164,6 +168,7 @@ fn vm(socket: &Path, start: &Start, id: usize, keep: bool, end: &EndOfRun) -> Ou
         .and_then(|a| a.json().ok())
     else {
         return Outcome {
+            profile: start.profile.clone(),
             ready_ms: None,
             counted: start.counted,
         };
@@ -176,6 +181,7 @@ fn vm(socket: &Path, start: &Start, id: usize, keep: bool, end: &EndOfRun) -> Ou
         let _ = http::once(socket, "DELETE", &format!("/v1/slices/{sid}"), None);
     }
     Outcome {
+        profile: start.profile.clone(),
         ready_ms: Some(ready_ms),
         counted: start.counted,
     }
@@ -203,7 +209,7 @@ fn idle(socket: &Path) -> Option<(u32, u32)> {
 fn mode(o: &Options, name: &str, starts: &[Start]) -> anyhow::Result<Value> {
     let dir = o.dir.join(name);
     proc::fresh_dir(&dir)?;
-    let pool = name == "warm-pool";
+    let pool = matches!(name, "warm-pool" | "warm-keep");
     let interval_ms = ((1000.0 * o.scale).round() as u64).max(100);
     let extra_config = if pool {
         format!(
@@ -222,7 +228,7 @@ fn mode(o: &Options, name: &str, starts: &[Start]) -> anyhow::Result<Value> {
         env: vec![(sim::latency::ENV.to_owned(), o.scale.to_string())],
     })?;
     let socket = d.socket.clone();
-    let keep = name == "keep-free";
+    let keep = matches!(name, "keep-free" | "warm-keep");
     let end = Arc::new(EndOfRun::default());
     let began = Instant::now();
     let (outcomes, samples) = std::thread::scope(|scope| {
@@ -250,7 +256,43 @@ fn mode(o: &Options, name: &str, starts: &[Start]) -> anyhow::Result<Value> {
         (outcomes, sampler.join().unwrap_or_default())
     });
     d.stop()?;
-    Ok(figures(name, &outcomes, &samples))
+    let mut out = figures(name, &outcomes, &samples);
+    out["by_profile"] = by_profile(&outcomes, o.scale);
+    Ok(out)
+}
+
+/// Below this a request was a claim: the model's fastest create (a GPU instance, 1 s at scale
+/// 1, before its compute instance) takes longer (`sim::latency`).
+fn claim_limit_ms(scale: f64) -> f64 {
+    1000.0 * scale
+}
+
+/// Per profile: requests, refusals, mean request → ready and the share answered as a claim
+/// (faster than any create, [`claim_limit_ms`]): which shapes a pool serves and which miss.
+fn by_profile(outcomes: &[Outcome], scale: f64) -> Value {
+    let mut per: BTreeMap<&str, Vec<Option<f64>>> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| o.counted) {
+        per.entry(o.profile.as_str()).or_default().push(o.ready_ms);
+    }
+    let limit = claim_limit_ms(scale);
+    let mut rows = serde_json::Map::new();
+    for (profile, seen) in per {
+        let ready: Vec<f64> = seen.iter().flatten().copied().collect();
+        let mean = ready.iter().sum::<f64>() / ready.len().max(1) as f64;
+        let claims = ready.iter().filter(|ms| **ms < limit).count();
+        let claimed_pct = 100.0 * claims as f64 / ready.len().max(1) as f64;
+        println!(
+            "  {profile:<9} {:>6} {:>7} {mean:>10.1}   claims {claimed_pct:>5.1} %",
+            seen.len(),
+            seen.len() - ready.len(),
+        );
+        rows.insert(
+            profile.to_owned(),
+            json!({"requests": seen.len(), "refused": seen.len() - ready.len(),
+                   "mean_ms": mean, "claimed_pct": claimed_pct}),
+        );
+    }
+    Value::Object(rows)
 }
 
 fn figures(name: &str, outcomes: &[Outcome], idle: &[(u32, u32)]) -> Value {
@@ -313,8 +355,8 @@ pub fn run(o: &Options, pods: &[(Pod, f64)]) -> anyhow::Result<Value> {
     let mut out = Vec::new();
     for m in &o.modes {
         anyhow::ensure!(
-            ["on-demand", "warm-pool", "keep-free"].contains(&m.as_str()),
-            "unknown mode {m:?}: on-demand, warm-pool, keep-free"
+            ["on-demand", "warm-pool", "keep-free", "warm-keep"].contains(&m.as_str()),
+            "unknown mode {m:?}: on-demand, warm-pool, keep-free, warm-keep"
         );
         out.push(mode(o, m, &starts).with_context(|| format!("mode {m}"))?);
     }

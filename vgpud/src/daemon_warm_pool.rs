@@ -1,11 +1,13 @@
 //! The warm pool's top-up task, when `[warm_pool] enabled`: every `interval_ms` one pass of
-//! `agent::warm_pool::refill` on the blocking pool (it creates slices), until the daemon stops.
+//! `agent::warm_pool::WarmPool::refill` on the blocking pool (it creates slices), until the daemon stops.
 //! A pass in progress finishes (the slice it is making is recorded like any other).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent::config::WarmPoolConfig;
 use agent::service::Service;
+use agent::warm_pool::WarmPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -19,19 +21,17 @@ pub(crate) fn start(
         return None;
     }
     tracing::info!(size = config.size, "keeping a warm pool of free slices");
-    let (engine, config, mut stop) = (service.engine().clone(), config.clone(), stop.clone());
+    let period = Duration::from_millis(config.interval_ms);
+    let pool = Arc::new(WarmPool::new(config.clone()));
+    let (engine, mut stop) = (service.engine().clone(), stop.clone());
     Some(tokio::spawn(async move {
-        let period = Duration::from_millis(config.interval_ms);
         loop {
             tokio::select! {
                 () = tokio::time::sleep(period) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            let (engine, config) = (engine.clone(), config.clone());
-            if let Err(e) =
-                tokio::task::spawn_blocking(move || agent::warm_pool::refill(&engine, &config))
-                    .await
-            {
+            let (engine, pool) = (engine.clone(), pool.clone());
+            if let Err(e) = tokio::task::spawn_blocking(move || pool.refill(&engine)).await {
                 tracing::warn!("the warm pool task failed: {e}");
             }
         }

@@ -137,10 +137,10 @@ impl Engine {
                 None
             }
         };
-        let slices = self.slices();
+        let slices = self.slices_on(&address.into());
         let failed = slices
             .iter()
-            .filter(|s| s.spec.gpu == address && s.state == SliceState::Failed)
+            .filter(|s| s.state == SliceState::Failed)
             .count();
         if failed > 0 {
             reasons.push(format!("{failed} owned slices are failed"));
@@ -152,6 +152,12 @@ impl Engine {
             health = GpuHealth::Quarantined;
             reasons.insert(0, q.refusal());
         }
+        // The capacity figures need this GPU only: a snapshot of the others per type would be
+        // built and thrown away.
+        let alone = inventory::HostInventory {
+            gpus: vec![gpu.clone()],
+            ..inventory
+        };
         let capacity = if health == GpuHealth::Unresponsive {
             Vec::new()
         } else {
@@ -160,10 +166,10 @@ impl Engine {
                 .map(|(name, kind)| SliceCapacity {
                     free: slices
                         .iter()
-                        .filter(|s| s.spec.gpu == address && s.spec.kind.satisfies(&kind))
+                        .filter(|s| s.spec.kind.satisfies(&kind))
                         .filter(|s| s.state == SliceState::Ready)
                         .count() as u32,
-                    creatable: creatable(&inventory, &own, address, &kind),
+                    creatable: creatable(&alone, &own, address, &kind),
                     backend: kind.backend(),
                     slice_type: name,
                 })

@@ -8,11 +8,15 @@
 //!   `host_changes`): the next reader discovers again;
 //! - a device event arrived or a reconcile starts ([`Engine::host_changed`]): the same;
 //! - it is older than [`MAX_AGE`]: a backstop for what nothing announces (another program's
-//!   NVML calls, a link that retrained). The reader that finds it so discovers again.
+//!   NVML calls, a link that retrained). The reader that finds it so still gets it, and starts
+//!   one discovery on a thread of its own: a change nobody announced is as late for this reader
+//!   either way, and the request does not wait for a whole discovery (milliseconds, and its
+//!   p99) for it.
 //!
 //! NUMA nodes' free memory changes all the time and costs two small reads per node: it is
 //! read fresh for every caller.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -21,7 +25,7 @@ use inventory::HostInventory;
 use super::handle::Engine;
 
 /// The longest a discovery is handed out without a change having been seen.
-pub(crate) const MAX_AGE: Duration = Duration::from_secs(5);
+pub const MAX_AGE: Duration = Duration::from_secs(5);
 
 /// The last discovery and the change count it was read at.
 #[derive(Debug, Default)]
@@ -30,6 +34,8 @@ pub(crate) struct InventoryCache {
     /// Held while discovering, so that concurrent readers wait for one discovery instead of
     /// each making their own.
     discovering: Mutex<()>,
+    /// Set while a re-discovery of an aged inventory runs aside (one at a time).
+    refreshing: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -39,12 +45,33 @@ struct Kept {
     inventory: Arc<HostInventory>,
 }
 
+/// What the cache holds for a change count.
+enum Lookup {
+    /// Current.
+    Fresh(Arc<HostInventory>),
+    /// Nothing changed it, but it is older than [`MAX_AGE`].
+    Aged(Arc<HostInventory>),
+    /// None, or read before the last change.
+    Stale,
+}
+
 impl InventoryCache {
-    fn current(&self, changes: u64) -> Option<Arc<HostInventory>> {
+    fn lookup(&self, changes: u64) -> Lookup {
         let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        last.as_ref()
-            .filter(|k| k.changes == changes && k.at.elapsed() < MAX_AGE)
-            .map(|k| k.inventory.clone())
+        match last.as_ref() {
+            Some(k) if k.changes == changes && k.at.elapsed() < MAX_AGE => {
+                Lookup::Fresh(k.inventory.clone())
+            }
+            Some(k) if k.changes == changes => Lookup::Aged(k.inventory.clone()),
+            _ => Lookup::Stale,
+        }
+    }
+
+    fn current(&self, changes: u64) -> Option<Arc<HostInventory>> {
+        match self.lookup(changes) {
+            Lookup::Fresh(inv) => Some(inv),
+            Lookup::Aged(_) | Lookup::Stale => None,
+        }
     }
 
     fn keep(&self, changes: u64, inventory: Arc<HostInventory>) {
@@ -75,9 +102,45 @@ impl Engine {
     pub(super) fn kept_inventory(&self) -> Arc<HostInventory> {
         let cache = &self.inner.inventory;
         let changes = self.host().changes();
-        if let Some(inv) = cache.current(changes.now()) {
-            return inv;
+        match cache.lookup(changes.now()) {
+            Lookup::Fresh(inv) => return inv,
+            Lookup::Aged(inv) => {
+                self.rediscover_aside();
+                return inv;
+            }
+            Lookup::Stale => {}
         }
+        self.discover_kept()
+    }
+
+    /// Starts one discovery on a thread of its own unless one is running already.
+    fn rediscover_aside(&self) {
+        let refreshing = &self.inner.inventory.refreshing;
+        if refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let engine = self.clone();
+        let started = std::thread::Builder::new()
+            .name("vgpud-rediscover".into())
+            .spawn(move || {
+                engine.discover_kept();
+                engine
+                    .inner
+                    .inventory
+                    .refreshing
+                    .store(false, Ordering::Release);
+            });
+        if let Err(e) = started {
+            refreshing.store(false, Ordering::Release);
+            tracing::warn!("cannot start a re-discovery of the host: {e}");
+        }
+    }
+
+    /// Discovers the host and keeps it (one discovery at a time; a reader that waited for
+    /// another's gets that one).
+    fn discover_kept(&self) -> Arc<HostInventory> {
+        let cache = &self.inner.inventory;
+        let changes = self.host().changes();
         let _one = cache
             .discovering
             .lock()

@@ -66,6 +66,7 @@ pub use demand_mix::{DemandMix, slice_name};
 pub use error::{EngineError, Result};
 pub use events::Event;
 pub use handle::{Engine, EngineConfig};
+pub use inventory_cache::MAX_AGE as INVENTORY_MAX_AGE;
 pub use layout::{
     AmdPartition, GpuLayoutStatus, GpuSelector, Layout, LayoutEntry, LayoutState, LayoutsView,
 };

@@ -1,10 +1,12 @@
 //! Slices as clients see them: the ledger joined with what the host shows now.
 
+use std::collections::BTreeSet;
+
 use super::backend::{self, Observed};
 use super::error::{EngineError, Result, chain};
 use super::handle::Engine;
 use super::locks::lock;
-use super::model::{Handles, Owner, Slice, SliceId, SliceState};
+use super::model::{Allocation, DeviceRef, Handles, Owner, Slice, SliceId, SliceState};
 use super::state::{Desired, Intent, OwnedSlice};
 
 impl Engine {
@@ -23,6 +25,30 @@ impl Engine {
                 out.push(self.view(s, d));
             }
         }
+        out.sort_by(|a, b| (&a.spec.gpu, a.id).cmp(&(&b.spec.gpu, b.id)));
+        out
+    }
+
+    /// The owned slices on one GPU (one read of the ledger; only those are observed).
+    pub(super) fn slices_on(&self, gpu: &DeviceRef) -> Vec<Slice> {
+        let d = self.read(Desired::clone);
+        let mut out: Vec<Slice> = (d.slices.values())
+            .filter(|s| s.spec.gpu == *gpu)
+            .map(|s| self.view(s, &d))
+            .collect();
+        out.sort_by_key(|s| s.id);
+        out
+    }
+
+    /// The slices `allocations` hold (one read of the ledger): each is observed on the host,
+    /// so an answer about a few allocations does not look at every slice the host has.
+    pub fn slices_held(&self, allocations: &[Allocation]) -> Vec<Slice> {
+        let d = self.read(Desired::clone);
+        let held: BTreeSet<SliceId> = allocations.iter().flat_map(|a| a.slices.clone()).collect();
+        let mut out: Vec<Slice> = (d.slices.values())
+            .filter(|s| held.contains(&s.id))
+            .map(|s| self.view(s, &d))
+            .collect();
         out.sort_by(|a, b| (&a.spec.gpu, a.id).cmp(&(&b.spec.gpu, b.id)));
         out
     }

@@ -70,6 +70,72 @@ impl Engine {
         Ok(Some(id))
     }
 
+    /// The free owned slices that are not the pool's, on GPUs no declared layout selects (the
+    /// slices [`Engine::adopt_into_pool`] may take).
+    pub fn free_outside_pool(&self) -> BTreeSet<SliceId> {
+        let with_layout: BTreeSet<ids::PciAddress> =
+            lock(&self.inner.layout_status).keys().copied().collect();
+        let claims = lock(&self.inner.claims).clone();
+        let pool = self.read(|d| d.warm_pool.clone());
+        self.slices()
+            .into_iter()
+            .filter(|s| s.state == SliceState::Ready && s.owner.is_none())
+            .filter(|s| !pool.contains(&s.id) && !claims.contains(&s.id))
+            .filter(|s| s.spec.gpu.pci().is_some_and(|g| !with_layout.contains(&g)))
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// Makes `ids` (free slices outside the pool) the pool's: with the pool on, released
+    /// slices are kept warm instead of being made again by a top-up. One write; how many
+    /// joined. One allocated since it was listed joins too (a pool slice an allocation holds
+    /// stays the pool's); one destroyed since does not.
+    pub fn adopt_into_pool(&self, ids: &BTreeSet<SliceId>) -> usize {
+        if ids.is_empty() {
+            return 0;
+        }
+        let joined = self.write(|d| {
+            let present: Vec<SliceId> = ids
+                .iter()
+                .filter(|id| d.slices.contains_key(id))
+                .copied()
+                .collect();
+            d.warm_pool.extend(present.iter().copied());
+            present.len()
+        });
+        match joined {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("warm pool: cannot record the free slices it keeps: {e}");
+                0
+            }
+        }
+    }
+
+    /// Destroys free pool slices the pool holds beyond what it wants (`trim`: ids and types);
+    /// how many went.
+    pub fn trim_warm_pool(&self, trim: &[(SliceId, String)]) -> usize {
+        let mut gone = 0;
+        for (id, kind) in trim {
+            match self.destroy_slice(*id) {
+                Ok(()) => {
+                    gone += 1;
+                    self.metrics().warm_pool("trimmed", kind, 1);
+                }
+                Err(e) => tracing::debug!(slice = %id, "warm pool slice kept: {e}"),
+            }
+        }
+        gone
+    }
+
+    /// The free pool slices with their types.
+    pub fn warm_pool_free_typed(&self) -> Vec<(SliceId, String)> {
+        let slices = self.slices();
+        self.free_pool_slices(&slices)
+            .map(|s| (s.id, s.spec.kind.type_label()))
+            .collect()
+    }
+
     /// The pool's slices that are free now (present, unallocated, not being claimed).
     pub fn warm_pool_free(&self) -> Vec<SliceId> {
         let slices = self.slices();

@@ -128,7 +128,11 @@ impl ManagerObject {
     ) -> Result<String, DbusError> {
         let (allocations, slices) = self
             .shared
-            .blocking(|s| (s.allocations(), s.slices()))
+            .blocking(|s| {
+                let allocations = s.allocations();
+                let slices = s.slices_held(&allocations);
+                (allocations, slices)
+            })
             .await?;
         let mut wire: Vec<_> = allocations
             .iter()
@@ -151,7 +155,11 @@ impl ManagerObject {
         let id = allocation_id(&allocation)?;
         let (allocation, slices) = self
             .shared
-            .call(move |s| Ok((s.allocation(id)?, s.slices())))
+            .call(move |s| {
+                let allocation = s.allocation(id)?;
+                let slices = s.slices_held(std::slice::from_ref(&allocation));
+                Ok((allocation, slices))
+            })
             .await?;
         let mut wire = wire::slices::Allocation::new(&allocation, &slices);
         if !self.shared.may_read_tenants(conn, &header).await {

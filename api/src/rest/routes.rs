@@ -257,7 +257,12 @@ async fn destroy_slice(
     responses((status = 200, description = "Allocations", body = Vec<Allocation>)))]
 async fn list_allocations(State(st): State<AppState>) -> Result<Json<Vec<Allocation>>, ApiError> {
     let service = st.service.clone();
-    let (allocs, slices) = blocking_ok(move || (service.allocations(), service.slices())).await?;
+    let (allocs, slices) = blocking_ok(move || {
+        let allocs = service.allocations();
+        let slices = service.slices_held(&allocs);
+        (allocs, slices)
+    })
+    .await?;
     Ok(Json(
         allocs.iter().map(|a| Allocation::new(a, &slices)).collect(),
     ))
@@ -292,7 +297,8 @@ async fn create_allocation(
     let service = st.service.clone();
     let (alloc, slices) = blocking(move || {
         let a = service.allocate(req)?;
-        Ok((a, service.slices()))
+        let slices = service.slices_held(std::slice::from_ref(&a));
+        Ok((a, slices))
     })
     .await?;
     let location = format!("/v1/allocations/{}", alloc.id);
@@ -322,7 +328,12 @@ async fn get_allocation(
 ) -> Result<Json<Allocation>, ApiError> {
     let id = allocation_id(&id)?;
     let service = st.service.clone();
-    let (alloc, slices) = blocking(move || Ok((service.allocation(id)?, service.slices()))).await?;
+    let (alloc, slices) = blocking(move || {
+        let a = service.allocation(id)?;
+        let slices = service.slices_held(std::slice::from_ref(&a));
+        Ok((a, slices))
+    })
+    .await?;
     Ok(Json(Allocation::new(&alloc, &slices)))
 }
 
