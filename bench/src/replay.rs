@@ -10,7 +10,8 @@
 //! capacity left on the GPU taken, then node order) and the GPU by `sched::decide`, treating
 //! every node as one host. FGD's target workload and vgpud's expected mix come from the whole
 //! list or from the pods seen so far (`--mix-source`, `crate::online`). `REPLAY_DEBUG=1`
-//! prints the first failures and what is left on partly used GPUs at the end.
+//! prints the first failures, what is left on partly used GPUs at the end and, per node type,
+//! where the free GPU capacity sits and where the CPUs went (`debug_by_model`).
 
 use std::collections::HashMap;
 
@@ -200,6 +201,8 @@ struct Cluster<'a> {
     first_tie: bool,
     /// Shares placed on each GPU, kept only for `REPLAY_DEBUG`.
     debug_shares: Option<Vec<Vec<Vec<u32>>>>,
+    /// Milli-CPUs of CPU-only pods placed on each node, for `REPLAY_DEBUG`'s breakdown.
+    cpu_only: Vec<i64>,
 }
 
 impl<'a> Cluster<'a> {
@@ -228,6 +231,7 @@ impl<'a> Cluster<'a> {
             vgpud_memo: HashMap::new(),
             first_tie: std::env::var_os("REPLAY_RANDOM_TIE").is_none(),
             debug_shares: None,
+            cpu_only: vec![0; nodes.len()],
         }
     }
 
@@ -461,6 +465,11 @@ impl<'a> Cluster<'a> {
         };
         st.cpu_left -= i64::from(pod.cpu_milli);
         st.mem_left -= pod.memory_mib as i64;
+        if pod.num_gpu == 0
+            && let Some(c) = self.cpu_only.get_mut(i)
+        {
+            *c += i64::from(pod.cpu_milli);
+        }
         if let Some(node) = self.debug_shares.as_mut().and_then(|d| d.get_mut(i)) {
             for g in gpus {
                 if let Some(list) = node.get_mut(*g) {
@@ -845,10 +854,123 @@ fn debug_leftovers(cluster: &Cluster, failed_by_shape: &HashMap<u32, u32>) {
     for (k, (n, left)) in list.iter().take(25) {
         eprintln!("  partial {k:?}: {n} GPUs, {left} milli free");
     }
+    debug_by_model(cluster, shares);
     let mut failed: Vec<_> = failed_by_shape.iter().collect();
     failed.sort();
     eprintln!(
         "  partial free (>= 220) that a typical share fits but not its CPU: {starved}; failed by shape: {failed:?}"
+    );
+}
+
+/// Prints, per node model, where the free GPU capacity is and where the CPUs went: empty GPUs,
+/// remainders beside a share of 0.8 GPU or more (which only small shares fill), other partly
+/// used GPUs, and how much of it sits on nodes with under 3.2 cores left (the smallest common
+/// GPU pod's CPU in the openb lists), with the CPU taken by GPU pods and by CPU-only pods.
+fn debug_by_model(cluster: &Cluster, shares: &[Vec<Vec<u32>>]) {
+    #[derive(Default)]
+    struct Row {
+        nodes: u32,
+        gpus: u64,
+        empty: u64,
+        beside_large: u64,
+        other: u64,
+        cpu_starved: u64,
+        cpu: i64,
+        cpu_gpu_pods: i64,
+        cpu_only: i64,
+        large_gpus: u64,
+    }
+    let mut rows: Vec<(String, Row)> = Vec::new();
+    let capacity: u64 = cluster.st.iter().map(|s| s.left.len() as u64 * 1000).sum();
+    for (i, (st, node_shares)) in cluster.st.iter().zip(shares).enumerate() {
+        let Some(node) = cluster.nodes.get(i) else {
+            continue;
+        };
+        let key = format!("{}x{} {}c", node.model, node.gpus, node.cpu_milli / 1000);
+        let pos = match rows.iter().position(|(k, _)| *k == key) {
+            Some(p) => p,
+            None => {
+                rows.push((key, Row::default()));
+                rows.len() - 1
+            }
+        };
+        let Some((_, r)) = rows.get_mut(pos) else {
+            continue;
+        };
+        let only = cluster.cpu_only.get(i).copied().unwrap_or(0);
+        r.nodes += 1;
+        r.gpus += st.left.len() as u64;
+        r.cpu += node.cpu_milli as i64;
+        r.cpu_only += only;
+        r.cpu_gpu_pods += node.cpu_milli as i64 - st.cpu_left - only;
+        for (left, list) in st.left.iter().zip(node_shares) {
+            let left = u64::from(*left);
+            if left == 1000 {
+                r.empty += left;
+            } else if list.iter().any(|m| *m >= 800) {
+                r.beside_large += left;
+                r.large_gpus += 1;
+            } else {
+                r.other += left;
+            }
+            if st.cpu_left < 3200 {
+                r.cpu_starved += left;
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut all = Row::default();
+    for (_, r) in &rows {
+        all.nodes += r.nodes;
+        all.gpus += r.gpus;
+        all.empty += r.empty;
+        all.beside_large += r.beside_large;
+        all.other += r.other;
+        all.cpu_starved += r.cpu_starved;
+        all.cpu += r.cpu;
+        all.cpu_gpu_pods += r.cpu_gpu_pods;
+        all.cpu_only += r.cpu_only;
+        all.large_gpus += r.large_gpus;
+    }
+    rows.push(("all".to_owned(), all));
+    let pct = |x: u64| 100.0 * x as f64 / capacity.max(1) as f64;
+    eprintln!(
+        "  by node type (free GPU capacity in % of the cluster's; CPU in % of the type's):\n  {:<18} {:>5} {:>5} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7}",
+        "type",
+        "nodes",
+        "GPUs",
+        "free",
+        "empty",
+        "by≥0.8",
+        "other",
+        "cpu<3.2",
+        "cpuGPU",
+        "cpuOnly",
+        "cpuFree"
+    );
+    let mut large = 0;
+    for (k, r) in &rows {
+        let free = r.empty + r.beside_large + r.other;
+        let c = |x: i64| 100.0 * x as f64 / r.cpu.max(1) as f64;
+        eprintln!(
+            "  {:<18} {:>5} {:>5} {:>6.2}% {:>6.2}% {:>6.2}% {:>6.2}% {:>7.2}% {:>7.1}% {:>7.1}% {:>6.1}%",
+            k,
+            r.nodes,
+            r.gpus,
+            pct(free),
+            pct(r.empty),
+            pct(r.beside_large),
+            pct(r.other),
+            pct(r.cpu_starved),
+            c(r.cpu_gpu_pods),
+            c(r.cpu_only),
+            c(r.cpu - r.cpu_gpu_pods - r.cpu_only),
+        );
+        large = r.large_gpus;
+    }
+    eprintln!(
+        "  GPUs holding a share of 0.8 GPU or more and not full: {large} ({:.1} % of GPUs)",
+        100.0 * large as f64 / (capacity / 1000).max(1) as f64
     );
 }
 
