@@ -243,11 +243,11 @@ impl WarmPool {
 }
 
 impl WarmPool {
-    /// Takes into the pool the free slices outside it that were free at the last pass too: a
-    /// released slice waits one interval, so a client that destroys what it releases gets to
-    /// do so first.
+    /// Takes into the pool the slices allocations released that were free at the last pass
+    /// too: a released slice waits one interval, so a client that destroys what it releases
+    /// gets to do so first.
     fn adopt_released(&self, engine: &Engine) {
-        let now = engine.free_outside_pool();
+        let now = engine.released_outside_pool();
         let mut before = self
             .free_before
             .lock()

@@ -5,6 +5,8 @@
 //! allocation is written in one store write: a crash before that leaves free owned slices, never
 //! a half allocation.
 
+use std::sync::atomic::Ordering;
+
 use ids::PciAddress;
 
 use super::error::{EngineError, Result};
@@ -160,17 +162,20 @@ impl Engine {
 
     /// Releases an allocation; its slices stay, free for the next request (or a pending layout).
     pub fn release(&self, id: AllocationId) -> Result<()> {
-        let gpus: Vec<PciAddress> = self
+        let (gpus, held): (Vec<PciAddress>, Vec<SliceId>) = self
             .read(|d| {
                 d.allocations.get(&id).map(|a| {
-                    a.slices
-                        .iter()
+                    let gpus = (a.slices.iter())
                         .filter_map(|s| d.slices.get(s).and_then(|e| e.spec.gpu.pci()))
-                        .collect()
+                        .collect();
+                    (gpus, a.slices.clone())
                 })
             })
             .ok_or_else(|| EngineError::NotFound(format!("allocation {id}")))?;
         self.write(|d| d.allocations.remove(&id))?;
+        if self.inner.track_released.load(Ordering::Relaxed) {
+            lock(&self.inner.released).extend(held);
+        }
         tracing::info!(allocation = %id, "released");
         self.emit(Event::AllocationReleased { allocation: id });
         // A layout waiting for these slices can go on now.

@@ -79,6 +79,11 @@ pub(super) struct Inner {
     /// Allocations that gave up warm-pool slices and are not done yet: while any is, the pool
     /// makes nothing (it would take back the room they freed; see `warm_pool`).
     pub(super) pool_yields: std::sync::atomic::AtomicUsize,
+    /// Slices released by allocations and free since, kept while a warm pool runs (in memory
+    /// only: a slice a restart finds free stays an ordinary free slice). See `warm_pool`.
+    pub(super) released: Mutex<BTreeSet<SliceId>>,
+    /// Whether a warm pool runs and so `released` is kept.
+    pub(super) track_released: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -113,6 +118,8 @@ impl Engine {
                 events,
                 metrics,
                 inventory: InventoryCache::default(),
+                released: Mutex::default(),
+                track_released: std::sync::atomic::AtomicBool::new(false),
                 pool_yields: std::sync::atomic::AtomicUsize::new(0),
                 mix: Mutex::new(LearntMix::new(mix)),
             }),

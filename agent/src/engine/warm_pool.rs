@@ -70,20 +70,29 @@ impl Engine {
         Ok(Some(id))
     }
 
-    /// The free owned slices that are not the pool's, on GPUs no declared layout selects (the
-    /// slices [`Engine::adopt_into_pool`] may take).
-    pub fn free_outside_pool(&self) -> BTreeSet<SliceId> {
+    /// The slices allocations released that are free now, outside the pool, on GPUs no
+    /// declared layout selects (the slices [`Engine::adopt_into_pool`] may take; a slice a
+    /// client created and never allocated is not among them). The first call starts the
+    /// engine keeping track of releases.
+    pub fn released_outside_pool(&self) -> BTreeSet<SliceId> {
+        self.inner.track_released.store(true, Ordering::Relaxed);
         let with_layout: BTreeSet<ids::PciAddress> =
             lock(&self.inner.layout_status).keys().copied().collect();
         let claims = lock(&self.inner.claims).clone();
         let pool = self.read(|d| d.warm_pool.clone());
-        self.slices()
+        let mut released = lock(&self.inner.released);
+        let free: BTreeSet<SliceId> = self
+            .slices()
             .into_iter()
+            .filter(|s| released.contains(&s.id))
             .filter(|s| s.state == SliceState::Ready && s.owner.is_none())
             .filter(|s| !pool.contains(&s.id) && !claims.contains(&s.id))
             .filter(|s| s.spec.gpu.pci().is_some_and(|g| !with_layout.contains(&g)))
             .map(|s| s.id)
-            .collect()
+            .collect();
+        // Allocated again or destroyed since: a later release adds it back.
+        released.retain(|id| free.contains(id));
+        free
     }
 
     /// Makes `ids` (free slices outside the pool) the pool's: with the pool on, released
@@ -103,6 +112,7 @@ impl Engine {
             d.warm_pool.extend(present.iter().copied());
             present.len()
         });
+        lock(&self.inner.released).retain(|id| !ids.contains(id));
         match joined {
             Ok(n) => n,
             Err(e) => {
