@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 pub struct WarmPoolConfig {
     /// Keep free slices of the types requests ask for ready on GPUs no layout selects.
     pub enabled: bool,
-    /// How many free slices the pool holds on the host, shared among the types by the learnt
-    /// demand mix.
+    /// How many free slices the pool holds on the host (the types from the learnt demand mix
+    /// and the pace of requests: `warm_pool::slots`).
     pub size: u32,
     /// How often the pool is topped up, ms.
     pub interval_ms: u64,
