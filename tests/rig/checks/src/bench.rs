@@ -162,7 +162,9 @@ impl Conn {
         if answer.is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&answer).with_context(|| format!("{method} {path}: not JSON"))
+        // `/healthz` answers plain text.
+        Ok(serde_json::from_slice(&answer)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&answer).into_owned())))
     }
 
     fn read_answer(&mut self) -> anyhow::Result<(u16, Vec<u8>)> {
@@ -418,6 +420,7 @@ fn vf_latency(d: &Daemon, pf: &str, total: usize, reps: usize) -> anyhow::Result
             raw_next.push(ms(t1));
         }
         raw_all.push(ms(t));
+        eprintln!("bench: raw VF cycle {:.0} ms", ms(t));
         for vf in &vfs {
             raw_release(vf)?;
         }
@@ -438,6 +441,7 @@ fn vf_latency(d: &Daemon, pf: &str, total: usize, reps: usize) -> anyhow::Result
             v_next.push(ms(t1));
         }
         v_all.push(ms(t));
+        eprintln!("bench: vgpud VF cycle {:.0} ms", ms(t));
         let on_vfio = vf_addresses(pf, total)?
             .iter()
             .filter(|vf| driver_of(vf).as_deref() == Some("vfio-pci"))

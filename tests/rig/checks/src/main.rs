@@ -66,7 +66,7 @@ fn bench(args: &[&str]) -> anyhow::Result<bool> {
         mdevctl: None,
         mdev_reps: 40,
         vf_reps: 5,
-        list_reps: 15,
+        list_reps: 11,
         max_mdevs: 64,
     };
     for pair in args.chunks(2) {
