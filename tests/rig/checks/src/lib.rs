@@ -7,6 +7,7 @@
 //! passes when every check passes on the kernel and the simulator's observations equal the
 //! kernel's.
 
+pub mod bench;
 pub mod engine_phases;
 pub mod hotplug_phase;
 pub mod libvirt_phase;

@@ -2,6 +2,8 @@
 //! checks, the summary and one `RIG-OBSERVATIONS <json>` line. `rig-checks sim --profile FILE
 //! --kernel OBSERVATIONS` runs them on the simulator and compares with the kernel's.
 //! `rig-checks libvirt --nested-kernel FILE` pins a nested guest through a real libvirtd.
+//! `rig-checks bench ...` is the real-kernel benchmark (`tests/rig/bench`, BENCHMARKS.md §7):
+//! it prints one `RIG-BENCH <json>` line, which `rig-checks bench-table` renders on the host.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -10,6 +12,7 @@ use anyhow::Context;
 
 const MARKER: &str = "RIG-OBSERVATIONS ";
 const HOTPLUG_MARKER: &str = "RIG-HOTPLUG-OBSERVATIONS ";
+const BENCH_MARKER: &str = "RIG-BENCH ";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -47,10 +50,70 @@ fn run(args: Vec<String>) -> anyhow::Result<bool> {
         ] => sim_hotplug(profile, observations),
         ["sim", "--profile", profile, "--kernel", observations] => compare(profile, observations),
         ["libvirt", "--nested-kernel", kernel] => libvirt(kernel),
+        ["bench", rest @ ..] => bench(rest),
+        ["bench-table", "--console", console, rest @ ..] => bench_table(console, rest),
         _ => anyhow::bail!(
-            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks hotplug --state-dir DIR | rig-checks sim-hotplug --profile FILE --kernel OBSERVATIONS | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE"
+            "usage: rig-checks kernel | rig-checks engine create|verify --state-dir DIR | rig-checks hotplug --state-dir DIR | rig-checks sim-hotplug --profile FILE --kernel OBSERVATIONS | rig-checks inventory --console FILE | rig-checks sim --profile FILE --kernel OBSERVATIONS | rig-checks libvirt --nested-kernel FILE | rig-checks bench --vgpud BIN --vgpuctl BIN [--mdevctl BIN] [--mdev-reps N] [--vf-reps N] [--list-reps N] [--max-mdevs N] | rig-checks bench-table --console FILE [--json OUT]"
         ),
     }
+}
+
+/// Runs the benchmark on the host it runs on (the rig's guest) and prints its marker line.
+fn bench(args: &[&str]) -> anyhow::Result<bool> {
+    let mut o = rig_checks::bench::Options {
+        vgpud: Default::default(),
+        vgpuctl: Default::default(),
+        mdevctl: None,
+        mdev_reps: 40,
+        vf_reps: 5,
+        list_reps: 11,
+        max_mdevs: 64,
+    };
+    for pair in args.chunks(2) {
+        let [flag, value] = pair else {
+            anyhow::bail!("bench: {pair:?} has no value");
+        };
+        let count = || {
+            value
+                .parse::<usize>()
+                .with_context(|| format!("{flag} {value}"))
+        };
+        match *flag {
+            "--vgpud" => o.vgpud = value.into(),
+            "--vgpuctl" => o.vgpuctl = value.into(),
+            "--mdevctl" => o.mdevctl = Some(value.into()),
+            "--mdev-reps" => o.mdev_reps = count()?,
+            "--vf-reps" => o.vf_reps = count()?,
+            "--list-reps" => o.list_reps = count()?,
+            "--max-mdevs" => o.max_mdevs = count()?,
+            _ => anyhow::bail!("bench: unknown flag {flag}"),
+        }
+    }
+    anyhow::ensure!(
+        !o.vgpud.as_os_str().is_empty() && !o.vgpuctl.as_os_str().is_empty(),
+        "bench needs --vgpud and --vgpuctl"
+    );
+    let result = rig_checks::bench::run(&o)?;
+    println!("{BENCH_MARKER}{result}");
+    Ok(true)
+}
+
+/// Renders the guest's benchmark line from its console as a table; `--json OUT` keeps it.
+fn bench_table(console: &str, rest: &[&str]) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(console).with_context(|| format!("reading {console}"))?;
+    let json = text
+        .lines()
+        .find_map(|l| l.split_once(BENCH_MARKER).map(|(_, j)| j.trim()))
+        .context("no RIG-BENCH line in the guest's output")?;
+    let result: serde_json::Value = serde_json::from_str(json).context("RIG-BENCH is not JSON")?;
+    match rest {
+        [] => {}
+        ["--json", out] => std::fs::write(out, serde_json::to_string_pretty(&result)? + "\n")
+            .with_context(|| format!("writing {out}"))?,
+        _ => anyhow::bail!("bench-table: unexpected {rest:?}"),
+    }
+    print!("{}", rig_checks::bench::table(&result));
+    Ok(true)
 }
 
 /// Runs one engine phase on the host it runs on (the rig's guest).
