@@ -27,14 +27,26 @@ fn a_slice_the_engine_made_or_destroyed_shows_in_the_next_inventory() {
     assert_eq!(slices_on(&e, A100), before);
 }
 
-#[test]
-fn a_change_behind_the_engines_back_shows_once_the_engine_is_told() {
+/// An engine on a reconciled dgx-a100 whose last GPU was then removed behind its back; the
+/// GPU count it saw before.
+fn reconciled_then_last_gpu_removed() -> (
+    sim::SimHost,
+    tempfile::TempDir,
+    agent::engine::Engine,
+    usize,
+) {
     let h = sim("dgx-a100");
     let dir = tempfile::tempdir().unwrap();
     let e = engine(&h, dir.path());
     e.reconcile().unwrap();
     let gpus = e.inventory().gpus.len();
     h.remove_gpu(addr(LAST)).unwrap();
+    (h, dir, e, gpus)
+}
+
+#[test]
+fn a_change_behind_the_engines_back_shows_once_the_engine_is_told() {
+    let (h, _dir, e, gpus) = reconciled_then_last_gpu_removed();
     // Kept: nothing announced the removal yet (the daemon's hot-plug loop would).
     assert_eq!(e.inventory().gpus.len(), gpus);
     e.host_changed();
@@ -47,12 +59,7 @@ fn a_change_behind_the_engines_back_shows_once_the_engine_is_told() {
 
 #[test]
 fn an_unannounced_change_shows_after_the_backstop_without_a_reader_waiting_for_it() {
-    let h = sim("dgx-a100");
-    let dir = tempfile::tempdir().unwrap();
-    let e = engine(&h, dir.path());
-    e.reconcile().unwrap();
-    let gpus = e.inventory().gpus.len();
-    h.remove_gpu(addr(LAST)).unwrap();
+    let (_h, _dir, e, gpus) = reconciled_then_last_gpu_removed();
     std::thread::sleep(agent::engine::INVENTORY_MAX_AGE);
     // The first reader after the backstop still gets the kept one (the re-discovery runs on
     // a thread of its own); a later reader sees the host as it is.

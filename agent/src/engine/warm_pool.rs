@@ -125,12 +125,18 @@ impl Engine {
     /// Destroys free pool slices the pool holds beyond what it wants (`trim`: ids and types);
     /// how many went.
     pub fn trim_warm_pool(&self, trim: &[(SliceId, String)]) -> usize {
+        self.destroy_pool_slices(trim, "trimmed")
+    }
+
+    /// Destroys free pool slices (ids and types), counting each under the metric `event`; how
+    /// many went. One claimed or allocated meanwhile is serving a request already, and kept.
+    fn destroy_pool_slices(&self, slices: &[(SliceId, String)], event: &str) -> usize {
         let mut gone = 0;
-        for (id, kind) in trim {
+        for (id, kind) in slices {
             match self.destroy_slice(*id) {
                 Ok(()) => {
                     gone += 1;
-                    self.metrics().warm_pool("trimmed", kind, 1);
+                    self.metrics().warm_pool(event, kind, 1);
                 }
                 Err(e) => tracing::debug!(slice = %id, "warm pool slice kept: {e}"),
             }
@@ -174,17 +180,7 @@ impl Engine {
     /// Destroys `group` (free pool slices and their types, one GPU's from
     /// [`Engine::warm_pool_yield_order`]) so a request can use their room; how many went.
     pub(crate) fn yield_warm_pool(&self, group: &[(SliceId, String)]) -> usize {
-        let mut gone = 0;
-        for (id, kind) in group {
-            match self.destroy_slice(*id) {
-                Ok(()) => {
-                    gone += 1;
-                    self.metrics().warm_pool("given_up", kind, 1);
-                }
-                // Claimed or allocated meanwhile: it is serving a request already.
-                Err(e) => tracing::debug!(slice = %id, "warm pool slice kept: {e}"),
-            }
-        }
+        let gone = self.destroy_pool_slices(group, "given_up");
         if gone > 0 {
             tracing::info!(
                 slices = gone,
