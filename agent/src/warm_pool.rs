@@ -9,7 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::config::WarmPoolConfig;
-use crate::engine::{DemandMix, Engine, SliceId, SliceState};
+use crate::engine::{DemandMix, Engine, Slice, SliceId, SliceState};
 
 /// The type a request names for a learnt shape; `None` for shapes no slice type stands for
 /// (fractions and generic sizes are resolved per request).
@@ -84,9 +84,9 @@ fn at_least(k: u32, mean: f64) -> f64 {
 }
 
 /// Free slices by type now (the pool's and any other free one: each serves the next request).
-fn free_by_type(engine: &Engine) -> BTreeMap<String, u32> {
+fn free_by_type(slices: &[Slice]) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
-    for s in engine.slices() {
+    for s in slices {
         if s.state == SliceState::Ready && s.owner.is_none() {
             *out.entry(s.spec.kind.type_label()).or_default() += 1;
         }
@@ -219,11 +219,13 @@ impl WarmPool {
             pace.per_refill(Duration::from_millis(self.config.interval_ms))
         };
         let slots = slots(&mix, self.config.size, per_refill);
-        self.adopt_released(engine);
-        let have = free_by_type(engine);
+        // One listing of the host for the whole pass (each observes every owned slice).
+        let slices = engine.slices();
+        self.adopt_released(engine, &slices);
+        let have = free_by_type(&slices);
         let over = have.values().sum::<u32>().saturating_sub(self.config.size);
         if over > 0 {
-            let pool = engine.warm_pool_free_typed();
+            let pool = engine.warm_pool_free_typed(&slices);
             let trim = trim(&slots, &have, &pool, over.min(self.config.creates_per_pass));
             engine.trim_warm_pool(&trim);
             return 0;
@@ -246,8 +248,8 @@ impl WarmPool {
     /// Takes into the pool the slices allocations released that were free at the last pass
     /// too: a released slice waits one interval, so a client that destroys what it releases
     /// gets to do so first.
-    fn adopt_released(&self, engine: &Engine) {
-        let now = engine.released_outside_pool();
+    fn adopt_released(&self, engine: &Engine, slices: &[Slice]) {
+        let now = engine.released_outside_pool(slices);
         let mut before = self
             .free_before
             .lock()

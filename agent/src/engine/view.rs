@@ -29,24 +29,24 @@ impl Engine {
         out
     }
 
-    /// The owned slices on one GPU (one read of the ledger; only those are observed).
+    /// The owned slices on one GPU (only those are observed on the host).
     pub(super) fn slices_on(&self, gpu: &DeviceRef) -> Vec<Slice> {
-        let d = self.read(Desired::clone);
-        let mut out: Vec<Slice> = (d.slices.values())
-            .filter(|s| s.spec.gpu == *gpu)
-            .map(|s| self.view(s, &d))
-            .collect();
-        out.sort_by_key(|s| s.id);
-        out
+        self.slices_where(|s| s.spec.gpu == *gpu)
     }
 
-    /// The slices `allocations` hold (one read of the ledger): each is observed on the host,
-    /// so an answer about a few allocations does not look at every slice the host has.
+    /// The slices `allocations` hold: only those are observed on the host, so an answer about
+    /// a few allocations does not look at every slice the host has.
     pub fn slices_held(&self, allocations: &[Allocation]) -> Vec<Slice> {
-        let d = self.read(Desired::clone);
         let held: BTreeSet<SliceId> = allocations.iter().flat_map(|a| a.slices.clone()).collect();
+        self.slices_where(|s| held.contains(&s.id))
+    }
+
+    /// The ledger's slices that `keep` selects, observed, in [`Engine::slices`]' order (one
+    /// read of the ledger).
+    fn slices_where(&self, keep: impl Fn(&OwnedSlice) -> bool) -> Vec<Slice> {
+        let d = self.read(Desired::clone);
         let mut out: Vec<Slice> = (d.slices.values())
-            .filter(|s| held.contains(&s.id))
+            .filter(|s| keep(s))
             .map(|s| self.view(s, &d))
             .collect();
         out.sort_by(|a, b| (&a.spec.gpu, a.id).cmp(&(&b.spec.gpu, b.id)));

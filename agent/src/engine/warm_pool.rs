@@ -74,16 +74,16 @@ impl Engine {
     /// declared layout selects (the slices [`Engine::adopt_into_pool`] may take; a slice a
     /// client created and never allocated is not among them). The first call starts the
     /// engine keeping track of releases.
-    pub fn released_outside_pool(&self) -> BTreeSet<SliceId> {
+    /// `slices` is one listing of the host, read by the caller.
+    pub fn released_outside_pool(&self, slices: &[Slice]) -> BTreeSet<SliceId> {
         self.inner.track_released.store(true, Ordering::Relaxed);
         let with_layout: BTreeSet<ids::PciAddress> =
             lock(&self.inner.layout_status).keys().copied().collect();
         let claims = lock(&self.inner.claims).clone();
         let pool = self.read(|d| d.warm_pool.clone());
         let mut released = lock(&self.inner.released);
-        let free: BTreeSet<SliceId> = self
-            .slices()
-            .into_iter()
+        let free: BTreeSet<SliceId> = slices
+            .iter()
             .filter(|s| released.contains(&s.id))
             .filter(|s| s.state == SliceState::Ready && s.owner.is_none())
             .filter(|s| !pool.contains(&s.id) && !claims.contains(&s.id))
@@ -144,10 +144,9 @@ impl Engine {
         gone
     }
 
-    /// The free pool slices with their types.
-    pub fn warm_pool_free_typed(&self) -> Vec<(SliceId, String)> {
-        let slices = self.slices();
-        self.free_pool_slices(&slices)
+    /// The free pool slices among `slices` (one listing of the host) with their types.
+    pub fn warm_pool_free_typed(&self, slices: &[Slice]) -> Vec<(SliceId, String)> {
+        self.free_pool_slices(slices)
             .map(|s| (s.id, s.spec.kind.type_label()))
             .collect()
     }
