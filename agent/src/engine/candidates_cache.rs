@@ -17,9 +17,9 @@
 use ids::PciAddress;
 
 use super::error::Result;
+use super::gpu_detail::offered;
 use super::handle::Engine;
 use super::kept_map::KeptMap;
-use super::gpu_detail::offered;
 use super::model::{SliceKind, SliceSpec};
 use super::resolve::{candidates, check_type};
 

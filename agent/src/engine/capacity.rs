@@ -57,7 +57,8 @@ impl Engine {
             .gpus
             .iter()
             .map(|g| {
-                let types: Vec<TypeCapacity> = self.offered_types(g)
+                let types: Vec<TypeCapacity> = self
+                    .offered_types(g)
                     .into_iter()
                     .map(|(name, kind)| TypeCapacity {
                         free: slices

@@ -76,8 +76,8 @@ impl Engine {
         let mut last = None;
         for index in 0..request.count {
             let sreq = sched_request(&alloc, &ask, scheduling, index);
-            let hs = sched::host_score(&view.snap, &sreq, policy);
-            match sched::decide(&view.snap, &sreq, policy) {
+            let (hs, decision) = sched::scored_decision(&view.snap, &sreq, policy);
+            match decision {
                 Ok(d) => {
                     local &= hs.numa_local;
                     placements.extend(d.placements.clone());
