@@ -9,7 +9,7 @@ mod cpuset;
 mod node;
 
 pub use cpuset::{CpuSet, MAX_CPU};
-pub use node::{NumaNode, nodes, online_nodes, read_node};
+pub use node::{NumaNode, free_memory_mib, nodes, online_nodes, read_node};
 
 use ids::NumaNodeId;
 use sysfs::SysfsError;

@@ -123,6 +123,21 @@ pub fn nodes(fs: &dyn Sysfs) -> Result<(Vec<NumaNode>, Vec<NumaError>), NumaErro
     Ok((found, errors))
 }
 
+/// The free memory of node `id` in MiB, read alone (its meminfo, or `/proc/meminfo` on a kernel
+/// without NUMA): the one figure of a node that changes all the time, for callers that keep the
+/// rest. `None` when it cannot be read.
+pub fn free_memory_mib(fs: &dyn Sysfs, id: NumaNodeId) -> Option<u64> {
+    let path = if numa_kernel(fs) {
+        node_dir(id).join("meminfo")
+    } else if id == NumaNodeId(0) {
+        PathBuf::from(PROC_MEMINFO)
+    } else {
+        return None;
+    };
+    let text = fs.read_text(&path).ok()?;
+    meminfo_kib(&text, "MemFree").ok().map(|kib| kib / 1024)
+}
+
 fn numa_kernel(fs: &dyn Sysfs) -> bool {
     fs.exists(Path::new(NODE_ROOT))
 }

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use ids::NumaNodeId;
-use numa::{CpuSet, NumaError, nodes, online_nodes, read_node};
+use numa::{CpuSet, NumaError, free_memory_mib, nodes, online_nodes, read_node};
 use sysfs::fixture::Tree;
 use sysfs::{Op, RealSysfs, Sysfs, SysfsError};
 use tempfile::TempDir;
@@ -105,6 +105,25 @@ fn garbage_cpulist_fails_only_that_node() {
         chain.contains("node1/cpulist") && chain.contains("banana"),
         "{chain}"
     );
+}
+
+#[test]
+fn free_memory_alone_follows_the_nodes_meminfo() {
+    let (dir, tree) = two_socket_host();
+    let fs = fs(&dir);
+    assert_eq!(
+        free_memory_mib(&fs, NumaNodeId(1)),
+        Some(260_000_000 / 1024)
+    );
+    tree.file(
+        &format!("{NODE}/node1/meminfo"),
+        "Node 1 MemTotal:       264162304 kB\nNode 1 MemFree:        1048576 kB\n",
+    );
+    assert_eq!(free_memory_mib(&fs, NumaNodeId(1)), Some(1024));
+    // No such node, and a meminfo without a MemFree line: unknown, not zero.
+    assert_eq!(free_memory_mib(&fs, NumaNodeId(5)), None);
+    tree.file(&format!("{NODE}/node0/meminfo"), "Node 0 MemTotal: 5 kB\n");
+    assert_eq!(free_memory_mib(&fs, NumaNodeId(0)), None);
 }
 
 #[test]
@@ -286,6 +305,8 @@ fn kernel_without_numa_is_one_node() {
     );
     assert_eq!(node.distances, vec![10]);
     assert!(node.problems.is_empty());
+    assert_eq!(free_memory_mib(&fs, NumaNodeId(0)), Some(16_000));
+    assert_eq!(free_memory_mib(&fs, NumaNodeId(1)), None);
     assert!(matches!(
         read_node(&fs, NumaNodeId(1)),
         Err(NumaError::NodeNotFound(_))

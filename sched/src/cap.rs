@@ -249,10 +249,9 @@ impl Cap {
             // The hot path of the fragmentation measure: no allocation.
             (SliceRequest::Fraction(m), Cap::Frac { free }, _) => (*free >= *m).then_some(0),
             (SliceRequest::Whole, Cap::Frac { free }, _) => (*free == GPU_UNITS).then_some(0),
-            (SliceRequest::Mig(p), Cap::Mig(o), GpuMode::Mig { geometry, .. }) => {
-                let (i, s) = geometry.shape(p)?;
-                o.free_starts(i, s).next()?;
-                Some(u32::from(o.unusable_slices(i, s)) * SLICE_UNITS)
+            (SliceRequest::Mig(p), Cap::Mig(_), GpuMode::Mig { geometry, .. }) => {
+                let (i, _) = geometry.shape(p)?;
+                self.unusable_for_profile(gpu, i)
             }
             (SliceRequest::Vgpu(t), Cap::Vgpu { used, .. }, GpuMode::VendorVgpu { types, .. }) => {
                 if self.choices(gpu, req).is_empty() {
@@ -277,6 +276,17 @@ impl Cap {
                 Some(0)
             }
         }
+    }
+
+    /// [`Self::unusable_for`] a MIG request for the profile at `idx` of `gpu`'s geometry
+    /// (`None` also when `gpu` is not in MIG mode or has no such profile).
+    pub fn unusable_for_profile(&self, gpu: &GpuState, idx: usize) -> Option<u32> {
+        let (Cap::Mig(o), GpuMode::Mig { geometry, .. }) = (self, &gpu.mode) else {
+            return None;
+        };
+        let shape = geometry.profiles.get(idx)?;
+        o.free_starts(idx, shape).next()?;
+        Some(u32::from(o.unusable_slices(idx, shape)) * SLICE_UNITS)
     }
 
     /// Takes `choice` out of the free capacity.

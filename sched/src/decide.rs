@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cap::Cap;
 use crate::error::SchedError;
-use crate::frag::{HostCaps, Workload, host_frag};
+use crate::frag::{FragModel, HostCaps, Workload};
 use crate::model::{
     AffinityRule, AffinityScope, GPU_UNITS, GpuMode, GpuState, LinkPolicy, NumaPolicy, Occupant,
     Placement, Request, SliceChoice, SliceRequest, Snapshot,
@@ -486,7 +486,7 @@ fn best_choice(
     gpu: usize,
     choices: &[SliceChoice],
     policy: &Policy,
-    workload: &Workload,
+    frag_model: &FragModel,
     (waste, base): (&mut WasteModel, &WasteParts),
 ) -> Option<SliceChoice> {
     match policy {
@@ -498,7 +498,7 @@ fn best_choice(
                     let undo =
                         apply_candidate(snap, scratch, &[gpu], std::slice::from_ref(c), None);
                     let w = waste.waste_with(snap, base, scratch, &[gpu]);
-                    let frag = host_frag(snap, scratch, workload);
+                    let frag = frag_model.measure(snap, scratch);
                     undo.restore(scratch);
                     (w, frag, c)
                 })
@@ -566,13 +566,14 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
         &fallback
     };
     let mut waste = WasteModel::new(snap, workload);
+    let frag_model = FragModel::new(snap, workload);
     let waste_base = if frag_aware {
         waste.parts(snap, &host)
     } else {
         WasteParts::default()
     };
     if frag_aware {
-        ev.frag_before = Some(host_frag(snap, &host, workload));
+        ev.frag_before = Some(frag_model.measure(snap, &host));
         ev.waste_before = Some(waste.total(&waste_base, &host.numa_cpu));
     }
     let sets = gpu_sets(snap, req, &eligible, &host.caps);
@@ -602,7 +603,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                         .find(|(i, _, _)| i == g)
                         .map(|(_, cs, _)| cs)?;
                     let waste = (&mut waste, &waste_base);
-                    best_choice(snap, &mut scratch, *g, cs, policy, workload, waste)
+                    best_choice(snap, &mut scratch, *g, cs, policy, &frag_model, waste)
                 })
                 .collect();
             per.into_iter().collect()
@@ -644,7 +645,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
                 .sum();
             let frag_added = ev
                 .frag_before
-                .map(|before| host_frag(snap, after, workload) - before);
+                .map(|before| frag_model.measure(snap, after) - before);
             let waste_added = ev
                 .waste_before
                 .map(|before| waste.waste_with(snap, &waste_base, after, &set) - before);

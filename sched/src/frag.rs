@@ -135,35 +135,92 @@ fn model_ok(models: &[String], gpu: &GpuState) -> bool {
 
 /// Expected fragmentation of the host in GPU units (see the module docs).
 pub(crate) fn host_frag(snap: &Snapshot, host: &HostCaps, workload: &Workload) -> f64 {
-    let total = workload.total_weight();
-    if total <= 0.0 {
-        return 0.0;
+    FragModel::new(snap, workload).measure(snap, host)
+}
+
+/// The fragmentation measure of one workload on one snapshot's GPUs, with what depends only on
+/// those two worked out once. A decision measures every candidate (tens per request); finding
+/// each MIG profile by name, per GPU, per shape and per candidate, was most of a placement
+/// score's time.
+pub(crate) struct FragModel<'w> {
+    items: Vec<PlannedItem<'w>>,
+}
+
+/// One shape of the workload against the snapshot's GPUs.
+struct PlannedItem<'w> {
+    item: &'w WorkItem,
+    /// Its share of the workload's weight.
+    weight: f64,
+    /// Per GPU in snapshot order.
+    fits: Vec<Fit>,
+}
+
+/// What decides whether a shape can use a GPU, as far as the snapshot alone says.
+#[derive(Debug, Clone, Copy)]
+enum Fit {
+    /// The GPU's model is not one the shape accepts.
+    WrongModel,
+    /// A MIG profile of the GPU's geometry, at this index.
+    MigProfile(usize),
+    /// The free capacity decides (`Cap::unusable_for`).
+    ByCapacity,
+}
+
+impl<'w> FragModel<'w> {
+    pub(crate) fn new(snap: &Snapshot, workload: &'w Workload) -> Self {
+        let total = workload.total_weight();
+        let items = workload
+            .items
+            .iter()
+            .filter(|item| total > 0.0 && item.weight > 0.0)
+            .map(|item| PlannedItem {
+                item,
+                weight: item.weight / total,
+                fits: snap.gpus.iter().map(|gpu| fit_of(item, gpu)).collect(),
+            })
+            .collect();
+        Self { items }
     }
-    let free: Vec<u32> = snap
-        .gpus
-        .iter()
-        .zip(&host.caps)
-        .map(|(g, c)| if g.healthy { c.free_units(g) } else { 0 })
-        .collect();
-    let free_sum: u32 = free.iter().sum();
-    if free_sum == 0 {
-        return 0.0;
-    }
-    let mut frag = 0.0;
-    for item in &workload.items {
-        let w = item.weight.max(0.0) / total;
-        if w == 0.0 {
-            continue;
+
+    /// The host's expected fragmentation in GPU units (see the module docs).
+    pub(crate) fn measure(&self, snap: &Snapshot, host: &HostCaps) -> f64 {
+        let free: Vec<u32> = snap
+            .gpus
+            .iter()
+            .zip(&host.caps)
+            .map(|(g, c)| if g.healthy { c.free_units(g) } else { 0 })
+            .collect();
+        let free_sum: u32 = free.iter().sum();
+        if free_sum == 0 {
+            return 0.0;
         }
+        let frag: f64 = self
+            .items
+            .iter()
+            .map(|planned| planned.weight * f64::from(planned.lost(snap, host, &free, free_sum)))
+            .sum();
+        frag / f64::from(crate::model::GPU_UNITS)
+    }
+}
+
+impl PlannedItem<'_> {
+    /// The free capacity this shape could not use: all of it when too few GPUs take it.
+    fn lost(&self, snap: &Snapshot, host: &HostCaps, free: &[u32], free_sum: u32) -> u32 {
+        let item = self.item;
         let mut fitting = 0u32;
         let mut unusable = 0u32;
-        for ((gpu, cap), f) in snap.gpus.iter().zip(&host.caps).zip(&free) {
+        let gpus = snap.gpus.iter().zip(&host.caps).zip(free).zip(&self.fits);
+        for (((gpu, cap), f), fit) in gpus {
             if *f == 0 {
                 continue;
             }
-            let usable_here = model_ok(&item.models, gpu)
-                && host.cpu_fits(snap, gpu, item.cpu_milli, item.memory_mib);
-            match cap.unusable_for(gpu, &item.slice).filter(|_| usable_here) {
+            let here = match fit {
+                Fit::WrongModel => None,
+                _ if !host.cpu_fits(snap, gpu, item.cpu_milli, item.memory_mib) => None,
+                Fit::MigProfile(i) => cap.unusable_for_profile(gpu, *i),
+                Fit::ByCapacity => cap.unusable_for(gpu, &item.slice),
+            };
+            match here {
                 Some(u) => {
                     fitting += 1;
                     unusable += u;
@@ -171,12 +228,23 @@ pub(crate) fn host_frag(snap: &Snapshot, host: &HostCaps, workload: &Workload) -
                 None => unusable += f,
             }
         }
-        let lost = if fitting < item.count {
+        if fitting < item.count {
             free_sum
         } else {
             unusable
-        };
-        frag += w * f64::from(lost);
+        }
     }
-    frag / f64::from(crate::model::GPU_UNITS)
+}
+
+fn fit_of(item: &WorkItem, gpu: &GpuState) -> Fit {
+    if !model_ok(&item.models, gpu) {
+        return Fit::WrongModel;
+    }
+    match (&item.slice, &gpu.mode) {
+        (SliceRequest::Mig(p), GpuMode::Mig { geometry, .. }) => match geometry.shape(p) {
+            Some((i, _)) => Fit::MigProfile(i),
+            None => Fit::WrongModel,
+        },
+        _ => Fit::ByCapacity,
+    }
 }

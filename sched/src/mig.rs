@@ -96,14 +96,18 @@ pub(crate) struct MigOccupancy {
 
 impl MigOccupancy {
     /// Free start slots for `shape` (index `idx` in the geometry), lowest first.
-    pub fn free_starts(&self, idx: usize, shape: &MigShape) -> impl Iterator<Item = u8> + '_ {
+    pub fn free_starts<'a>(
+        &'a self,
+        idx: usize,
+        shape: &'a MigShape,
+    ) -> impl Iterator<Item = u8> + 'a {
         let room = self.compute + shape.compute_slices <= COMPUTE_SLICES
             && self.counts.get(idx).copied().unwrap_or(u8::MAX) < shape.max_count;
         let size = shape.memory_slices;
         shape
             .starts
-            .clone()
-            .into_iter()
+            .iter()
+            .copied()
             .filter(move |s| room && s + size <= MEMORY_SLICES && self.mask & span(*s, size) == 0)
     }
 

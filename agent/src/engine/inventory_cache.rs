@@ -13,8 +13,8 @@
 //!   either way, and the request does not wait for a whole discovery (milliseconds, and its
 //!   p99) for it.
 //!
-//! NUMA nodes' free memory changes all the time and costs two small reads per node: it is
-//! read fresh for every caller.
+//! NUMA nodes' free memory changes all the time and costs one small read per node: it is read
+//! fresh for every caller.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -156,12 +156,12 @@ impl Engine {
         inv
     }
 
+    /// Reads each known node's free memory (one read per node; a node that cannot be read
+    /// keeps the discovery's figure).
     fn refresh_numa(&self, inv: &mut HostInventory) {
-        if let Ok((nodes, _)) = numa::nodes(self.host().fs()) {
-            for node in nodes {
-                if let Some(n) = inv.numa_nodes.iter_mut().find(|n| n.id == node.id) {
-                    n.memory_free_mib = node.memory_free_mib;
-                }
+        for node in &mut inv.numa_nodes {
+            if let Some(free) = numa::free_memory_mib(self.host().fs(), node.id) {
+                node.memory_free_mib = free;
             }
         }
     }
