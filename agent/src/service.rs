@@ -87,6 +87,8 @@ pub struct Service {
     links: Arc<Mutex<VmLinks>>,
     apply_slot: Arc<ApplySlot>,
     telemetry: Arc<TelemetryCache>,
+    /// The latest snapshot's part of `/metrics`, rendered once per snapshot.
+    snapshot_text: Arc<crate::metrics::SnapshotText>,
     health: Arc<Health>,
     consumer_check: Option<Arc<dyn ConsumerCheck>>,
     placement: Option<Arc<Reporter>>,
@@ -108,6 +110,7 @@ impl Service {
             links: Arc::default(),
             apply_slot: Arc::default(),
             telemetry: Arc::default(),
+            snapshot_text: Arc::default(),
             // The reporter knows this host's providers: it checks consumers against them.
             consumer_check: options
                 .placement
@@ -137,13 +140,17 @@ impl Service {
     /// `/metrics` in OpenMetrics text: the telemetry cache's latest snapshot and the live
     /// counters. Never waits on the vendor library, sysfs or the engine.
     pub fn metrics_text(&self) -> std::result::Result<String, std::fmt::Error> {
-        crate::metrics::render(
-            &self.telemetry.latest(),
+        let snapshot = self.telemetry.latest();
+        let mut out = String::from(self.snapshot_text.of(&snapshot)?.as_str());
+        crate::metrics::render::render_live(
+            &mut out,
+            &snapshot,
             self.engine.metrics(),
             &ProcessStats::current(),
             self.placement_status().as_ref(),
             SystemTime::now(),
-        )
+        )?;
+        Ok(out)
     }
 
     /// The Placement reporter, when reporting is on.

@@ -818,6 +818,9 @@ fn a_vgpu_the_driver_moved_to_another_gpu_instance_is_seen_as_changed() {
         read(&h, &nvidia_attr(vf, "gpu_instance_id")),
         other.id.to_string()
     );
+    // NVML and vGPU type writes announce nothing: seen once the kept views age out (5 s), or
+    // at the next reconcile or device event.
+    e.host_changed();
     let now = e.slice(a.id).unwrap();
     assert_eq!(now.state, SliceState::Failed, "{now:?}");
     let why = now.reason.unwrap();

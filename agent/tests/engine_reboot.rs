@@ -157,6 +157,13 @@ fn drift_behind_the_engines_back_is_repaired_and_reported() {
         panic!()
     };
     mdev::remove(h.sysfs().as_ref(), uuid).unwrap();
+    // Views are kept until a change is announced: the mdev's `remove` uevent, in the daemon.
+    assert_eq!(
+        e.slice(s.id).unwrap().state,
+        SliceState::Ready,
+        "not announced yet"
+    );
+    e.host_changed();
     assert_eq!(e.slice(s.id).unwrap().state, SliceState::Failed);
     let mut events = e.subscribe();
     let report = e.reconcile().unwrap();

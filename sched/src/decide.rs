@@ -842,11 +842,43 @@ pub fn decide(
     request: &Request,
     policy: &Policy,
 ) -> Result<Decision, Rejection> {
+    decision_of(
+        &evaluate(snapshot, request, policy),
+        snapshot,
+        request,
+        policy,
+    )
+}
+
+/// How well this host would take `request`: usable by an upstream scheduler to choose between
+/// hosts (higher `score` is better; infeasible hosts score `-inf`).
+pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> HostScore {
+    score_of(&evaluate(snapshot, request, policy), snapshot, policy)
+}
+
+/// [`host_score`] and [`decide`] of one evaluation: what a dry run reports, at the cost of one.
+pub fn scored_decision(
+    snapshot: &Snapshot,
+    request: &Request,
+    policy: &Policy,
+) -> (HostScore, Result<Decision, Rejection>) {
     let ev = evaluate(snapshot, request, policy);
+    (
+        score_of(&ev, snapshot, policy),
+        decision_of(&ev, snapshot, request, policy),
+    )
+}
+
+fn decision_of(
+    ev: &Evaluation,
+    snapshot: &Snapshot,
+    request: &Request,
+    policy: &Policy,
+) -> Result<Decision, Rejection> {
     let explanation = ev.explanation(snapshot, policy);
     let Some(best) = ev.ranked.first() else {
         return Err(Rejection {
-            error: ev.error.unwrap_or(SchedError::NoCapacity),
+            error: ev.error.clone().unwrap_or(SchedError::NoCapacity),
             explanation,
         });
     };
@@ -868,10 +900,7 @@ pub fn decide(
     })
 }
 
-/// How well this host would take `request`: usable by an upstream scheduler to choose between
-/// hosts (higher `score` is better; infeasible hosts score `-inf`).
-pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> HostScore {
-    let ev = evaluate(snapshot, request, policy);
+fn score_of(ev: &Evaluation, snapshot: &Snapshot, policy: &Policy) -> HostScore {
     let Some(best) = ev.ranked.first() else {
         return HostScore {
             feasible: false,
@@ -881,7 +910,12 @@ pub fn host_score(snapshot: &Snapshot, request: &Request, policy: &Policy) -> Ho
             numa_local: false,
             host_free_after: f64::from(ev.host_free) / f64::from(GPU_UNITS),
             slice_free_after: 0.0,
-            reason: Some(ev.error.unwrap_or(SchedError::NoCapacity).to_string()),
+            reason: Some(
+                ev.error
+                    .clone()
+                    .unwrap_or(SchedError::NoCapacity)
+                    .to_string(),
+            ),
         };
     };
     let taken: u32 = best

@@ -110,7 +110,7 @@ mod waste;
 
 pub use decide::{
     CandidateScore, Decision, Explanation, GpuVerdict, HostMeasures, HostScore, Policy, Rejection,
-    SpreadWeights, decide, host_score,
+    SpreadWeights, decide, host_score, scored_decision,
 };
 pub use defrag::{BUSY_MOVE_COST, DefragAdvice, DefragPlan, IDLE_MOVE_COST, Move, defrag_advice};
 pub use edit::{add_slice, remove_slice, request_of, slices_of};

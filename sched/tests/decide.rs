@@ -676,3 +676,32 @@ fn capacity_a_numa_node_cannot_feed_counts_as_waste() {
     let added = d.explanation.candidates[0].waste_added.unwrap();
     assert!((added + STRANDED_WEIGHT * 0.4375).abs() < 1e-9, "{added}");
 }
+
+#[test]
+fn a_scored_decision_is_the_score_and_the_decision_of_one_evaluation() {
+    let snap = Snapshot {
+        gpus: vec![gpu(0, 0, shares(&[500])), gpu(1, 0, shares(&[700]))],
+        numa: Vec::new(),
+    };
+    let workload = Workload {
+        items: vec![WorkItem::slice(SliceRequest::Fraction(500), 1.0)],
+    };
+    let policy = Policy::FragAware(workload);
+    for share in [300, 500, 900] {
+        let req = Request::new("vm", SliceRequest::Fraction(share));
+        let (hs, decision) = scored_decision(&snap, &req, &policy);
+        let alone = host_score(&snap, &req, &policy);
+        assert_eq!(hs.feasible, alone.feasible, "{share}");
+        assert_eq!(hs.score.to_bits(), alone.score.to_bits(), "{share}");
+        assert_eq!(hs.reason, alone.reason, "{share}");
+        match (decision, decide(&snap, &req, &policy)) {
+            (Ok(a), Ok(b)) => assert_eq!(a.placements, b.placements, "{share}"),
+            (Err(a), Err(b)) => assert_eq!(a.error, b.error, "{share}"),
+            (a, b) => panic!("{share}: {a:?} against {b:?}"),
+        }
+    }
+    // 900 fits on neither GPU: refused by both halves.
+    let req = Request::new("vm", SliceRequest::Fraction(900));
+    let (hs, decision) = scored_decision(&snap, &req, &policy);
+    assert!(!hs.feasible && decision.is_err());
+}

@@ -16,7 +16,6 @@ use super::limits::MAX_COUNT;
 use super::locks::lock;
 use super::model::{Allocation, AllocationId, AllocationRequest, SliceId, SliceSpec, VmPinning};
 use super::ops::check_text;
-use super::resolve::candidates;
 use super::scheduling::Scheduling;
 use super::state::now;
 
@@ -245,11 +244,11 @@ impl Engine {
     ) -> Result<()> {
         let r = &req.request;
         if scheduling.placement_gpus.is_empty() || r.gpu.is_some() {
-            let specs = self.in_service(candidates(self.host(), &r.slice_type, r.gpu)?)?;
+            let specs = self.in_service(self.kept_candidates(&r.slice_type, r.gpu)?)?;
             return self.gather_scheduled(req, &specs, scheduling, picked, created, count_demand);
         }
         for (gpu, count) in &scheduling.placement_gpus {
-            let specs = self.in_service(candidates(self.host(), &r.slice_type, Some(*gpu))?)?;
+            let specs = self.in_service(self.kept_candidates(&r.slice_type, Some(*gpu))?)?;
             let mut part = req.clone();
             part.request.count = *count;
             part.request.gpu = Some(*gpu);

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use ids::PciAddress;
 use numa::CpuSet;
 
-use super::gpu_detail::{creatable, offered};
+use super::gpu_detail::creatable;
 use super::handle::Engine;
 use super::locks::lock;
 use super::model::{BackendKind, Slice, SliceId, SliceState};
@@ -57,7 +57,8 @@ impl Engine {
             .gpus
             .iter()
             .map(|g| {
-                let types: Vec<TypeCapacity> = offered(self, g)
+                let types: Vec<TypeCapacity> = self
+                    .offered_types(g)
                     .into_iter()
                     .map(|(name, kind)| TypeCapacity {
                         free: slices

@@ -10,7 +10,7 @@ use super::handle::Engine;
 use super::limits::MAX_COUNT;
 use super::model::{AllocationRequest, SliceRequest};
 use super::reports::PlacementScore;
-use super::resolve::{candidates, check_type};
+use super::resolve::check_type;
 use super::scheduling::{Scheduling, reasons, sched_request};
 use super::snapshot::SchedView;
 
@@ -29,7 +29,7 @@ impl Engine {
                 request.count, MAX_COUNT
             )));
         }
-        let specs = candidates(self.host(), &request.slice_type, request.gpu)?;
+        let specs = self.kept_candidates(&request.slice_type, request.gpu)?;
         let mut view = self.sched_view(&specs, scheduling);
         let Some(ask) = view.ask.clone() else {
             return Err(EngineError::InvalidRequest("no GPU offers the type".into()));
@@ -76,8 +76,8 @@ impl Engine {
         let mut last = None;
         for index in 0..request.count {
             let sreq = sched_request(&alloc, &ask, scheduling, index);
-            let hs = sched::host_score(&view.snap, &sreq, policy);
-            match sched::decide(&view.snap, &sreq, policy) {
+            let (hs, decision) = sched::scored_decision(&view.snap, &sreq, policy);
+            match decision {
                 Ok(d) => {
                     local &= hs.numa_local;
                     placements.extend(d.placements.clone());

@@ -161,7 +161,7 @@ impl Engine {
         let capacity = if health == GpuHealth::Unresponsive {
             Vec::new()
         } else {
-            offered(self, &gpu)
+            self.offered_types(&gpu)
                 .into_iter()
                 .map(|(name, kind)| SliceCapacity {
                     free: slices

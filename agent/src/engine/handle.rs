@@ -11,6 +11,7 @@ use ids::PciAddress;
 use inventory::HostAccess;
 use tokio::sync::broadcast;
 
+use super::candidates_cache::{self, CandidatesCache, OfferedCache};
 use super::demand_mix::LearntMix;
 use super::error::Result;
 use super::events::Event;
@@ -18,6 +19,7 @@ use super::inventory_cache::InventoryCache;
 use super::layout::GpuLayoutStatus;
 use super::locks::{GpuLocks, KeyLocks, lock};
 use super::model::SliceId;
+use super::observation_cache::ObservationCache;
 use super::state::{self, Desired};
 use super::timed_host::TimedHost;
 use super::{marked, state_check};
@@ -74,6 +76,12 @@ pub(super) struct Inner {
     pub(super) metrics: Metrics,
     /// The last discovery of the host, while nothing changed it.
     pub(super) inventory: InventoryCache,
+    /// What the host showed for each owned slice, while nothing changed (views only).
+    pub(super) observations: ObservationCache,
+    /// What slice types mean on each GPU, while nothing changed.
+    pub(super) candidates: CandidatesCache,
+    /// The types each GPU offers, while nothing changed.
+    pub(super) offered: OfferedCache,
     /// The demand mix learnt from the requests placed (see `demand_mix`).
     pub(super) mix: Mutex<LearntMix>,
     /// Allocations that gave up warm-pool slices and are not done yet: while any is, the pool
@@ -118,6 +126,9 @@ impl Engine {
                 events,
                 metrics,
                 inventory: InventoryCache::default(),
+                observations: ObservationCache::default(),
+                candidates: CandidatesCache::with_cap(candidates_cache::MAX_KEPT),
+                offered: OfferedCache::with_cap(candidates_cache::MAX_KEPT),
                 released: Mutex::default(),
                 track_released: std::sync::atomic::AtomicBool::new(false),
                 pool_yields: std::sync::atomic::AtomicUsize::new(0),
@@ -173,8 +184,12 @@ impl Engine {
         })
     }
 
-    /// Changes the desired state in one durable write.
+    /// Changes the desired state in one durable write. Kept views of slices are read again
+    /// after it (see `observation_cache`): counted first, so a reader that finds the new ledger
+    /// also finds the new count, and an operation's last write (after its host changes) leaves
+    /// nothing seen during the operation in use.
     pub(super) fn write<R>(&self, f: impl FnOnce(&mut Desired) -> R) -> Result<R> {
+        self.inner.observations.ledger_written();
         Ok(lock(&self.inner.store).update(f)?)
     }
 

@@ -14,6 +14,7 @@
 
 mod alloc;
 mod backend;
+mod candidates_cache;
 mod capacity;
 mod claim;
 mod demand_mix;
@@ -28,6 +29,7 @@ mod hold;
 mod host_changes;
 pub mod import;
 mod inventory_cache;
+mod kept_map;
 pub mod layout;
 mod layout_apply;
 mod layout_mig_mode;
@@ -38,6 +40,7 @@ mod marked;
 mod marks;
 mod mig_geometry;
 pub mod model;
+mod observation_cache;
 mod ops;
 mod placement_view;
 mod presence;

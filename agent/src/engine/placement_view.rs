@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use ids::PciAddress;
 
-use super::gpu_detail::{creatable, offered};
+use super::gpu_detail::creatable;
 use super::handle::Engine;
 use super::locks::lock;
 use super::model::{Allocation, Slice, SliceId, SliceKind};
@@ -37,11 +37,6 @@ impl Holdings {
 }
 
 impl Engine {
-    /// The types `gpu` offers, as requests name them, with the kind each means there.
-    pub(crate) fn offered_types(&self, gpu: &inventory::Gpu) -> Vec<(String, SliceKind)> {
-        offered(self, gpu)
-    }
-
     /// What vgpud holds now, from one read of its ledger. Read it before discovering the
     /// host, so that the inventory is never older than it: an inventory from before a slice
     /// was made, counted against ownership from after, shows the slice's GPU (or VF, or

@@ -96,6 +96,8 @@ impl Engine {
         self.restore_owned(&mut report);
         self.find_foreign(&mut report);
         report.layouts = self.apply_layouts_on(&[])?;
+        // What clients see of the slices is read afresh after what the pass re-made or failed.
+        self.inner.observations.forget();
         self.emit(Event::ReconcileDone {
             recreated: report.recreated.len(),
             intents_resolved: report.intents_resolved,

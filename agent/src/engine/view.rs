@@ -7,6 +7,7 @@ use super::error::{EngineError, Result, chain};
 use super::handle::Engine;
 use super::locks::lock;
 use super::model::{Allocation, DeviceRef, Handles, Owner, Slice, SliceId, SliceState};
+use super::observation_cache::Seen;
 use super::state::{Desired, Intent, OwnedSlice};
 
 impl Engine {
@@ -78,13 +79,8 @@ impl Engine {
             .intents
             .values()
             .any(|i| matches!(i, Intent::Destroy { slice } if slice.id == entry.id));
-        let host = self.host();
-        let observed = backend::of_slice(&entry.spec, &entry.identity).observe(
-            host,
-            &entry.spec,
-            &entry.identity,
-        );
-        let (state, handles, mut reason) = match observed {
+        let seen = self.seen(entry);
+        let (state, handles, mut reason) = match seen.observed {
             _ if !in_ledger => (SliceState::Creating, Handles::default(), None),
             _ if destroying => (SliceState::Releasing, Handles::default(), None),
             Ok(Observed::Present(h)) if owner.is_some() => (SliceState::Allocated, h, None),
@@ -95,7 +91,7 @@ impl Engine {
                 Some("absent from the host; the next reconcile re-creates it".to_owned()),
             ),
             Ok(Observed::Changed(why)) => (SliceState::Failed, Handles::default(), Some(why)),
-            Err(e) => (SliceState::Failed, Handles::default(), Some(chain(&e))),
+            Err(why) => (SliceState::Failed, Handles::default(), Some(why)),
         };
         if state == SliceState::Failed
             && let Some(why) = lock(&self.inner.failures).get(&entry.id)
@@ -107,12 +103,33 @@ impl Engine {
             spec: entry.spec.clone(),
             identity: entry.identity.clone(),
             handles,
-            numa_node: (entry.spec.gpu.pci())
-                .and_then(|a| host.pci(a).ok())
-                .and_then(|p| p.numa_node),
+            numa_node: seen.numa_node,
             owner,
             state,
             reason,
         }
+    }
+
+    /// What the host shows for `entry`: kept while nothing changed (see `observation_cache`).
+    fn seen(&self, entry: &OwnedSlice) -> Seen {
+        let cache = &self.inner.observations;
+        // Counted before observing: a change during the observation leaves it unused.
+        let epoch = cache.epoch(self.host().changes().now());
+        if let Some(seen) = cache.get(epoch, entry) {
+            return seen;
+        }
+        let host = self.host();
+        let observed = backend::of_slice(&entry.spec, &entry.identity)
+            .observe(host, &entry.spec, &entry.identity)
+            .map_err(|e| chain(&e));
+        let numa_node = (entry.spec.gpu.pci())
+            .and_then(|a| host.pci(a).ok())
+            .and_then(|p| p.numa_node);
+        let seen = Seen {
+            observed,
+            numa_node,
+        };
+        cache.keep(epoch, entry, seen.clone());
+        seen
     }
 }

@@ -19,7 +19,6 @@ use super::locks::lock;
 use super::model::{
     AllocationRequest, DeviceRef, Slice, SliceId, SliceRequest, SliceSpec, SliceState,
 };
-use super::resolve::candidates;
 use super::scheduling::{Scheduling, sched_request};
 
 /// The consumer name warm-pool decisions are made for (never recorded in an allocation).
@@ -36,7 +35,7 @@ impl Engine {
         let with_layout: BTreeSet<ids::PciAddress> =
             lock(&self.inner.layout_status).keys().copied().collect();
         let specs: Vec<SliceSpec> = self
-            .in_service(candidates(self.host(), slice_type, None)?)?
+            .in_service(self.kept_candidates(slice_type, None)?)?
             .into_iter()
             .filter(|s| s.gpu.pci().is_some_and(|g| !with_layout.contains(&g)))
             .collect();
@@ -223,7 +222,7 @@ impl Engine {
         slice_type: &str,
         gpu: Option<ids::PciAddress>,
     ) -> BTreeSet<DeviceRef> {
-        candidates(self.host(), slice_type, gpu)
+        self.kept_candidates(slice_type, gpu)
             .map(|specs| specs.into_iter().map(|s| s.gpu).collect())
             .unwrap_or_default()
     }

@@ -10,6 +10,7 @@ mod labels;
 mod placement;
 pub mod process;
 pub mod render;
+mod snapshot_text;
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use prometheus_client::registry::Registry;
 
 pub use labels::failure_reason;
 pub use render::render;
+pub use snapshot_text::SnapshotText;
 
 /// Label pairs, in the order they are written.
 pub type Labels = Vec<(String, String)>;

@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -75,18 +75,42 @@ pub fn render(
     placement: Option<&PlacementStatus>,
     now: SystemTime,
 ) -> Result<String, fmt::Error> {
+    let mut out = snapshot_text(snapshot)?;
+    render_live(&mut out, snapshot, metrics, process, placement, now)?;
+    Ok(out)
+}
+
+/// The families read from the snapshot alone (device, health, slice and capacity gauges), with
+/// no closing `# EOF`: the same text for every scrape of one snapshot, so the service renders
+/// it once per telemetry poll (`snapshot_text`).
+pub fn snapshot_text(snapshot: &TelemetrySnapshot) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     device_families(&mut registry, snapshot);
     health_families(&mut registry, snapshot);
     slice_families(&mut registry, snapshot);
     capacity_families(&mut registry, snapshot);
+    let mut out = String::new();
+    encode_registry(&mut out, &registry)?;
+    Ok(out)
+}
+
+/// Appends what changes between scrapes of one snapshot (its age, the counters, the process
+/// figures, Placement's status) and `# EOF` to `out`, which holds [`snapshot_text`].
+pub fn render_live(
+    out: &mut String,
+    snapshot: &TelemetrySnapshot,
+    metrics: &Metrics,
+    process: &ProcessStats,
+    placement: Option<&PlacementStatus>,
+    now: SystemTime,
+) -> Result<(), fmt::Error> {
+    let mut registry = Registry::default();
     staleness_families(&mut registry, snapshot, now);
     metrics.register(&mut registry);
     process_families(&mut registry, process);
     super::placement::placement_families(&mut registry, placement, now);
-    let mut out = String::new();
-    encode(&mut out, &registry)?;
-    Ok(out)
+    encode_registry(out, &registry)?;
+    encode_eof(out)
 }
 
 /// The dcgm-exporter device gauges, for GPUs whose last reading in this poll succeeded.

@@ -54,6 +54,18 @@ pub(crate) fn profile_by_name(
     profile_by_name_on(host, &host.gpu(gpu)?, name)
 }
 
+/// [`profile_by_name`] and [`mig_gpu`] together, reading the GPU's PCI device once.
+pub(super) fn profile_on_mig_gpu<'h>(
+    host: &'h TimedHost,
+    gpu: PciAddress,
+    name: &MigProfileName,
+) -> Result<(GpuInstanceProfile, &'h dyn Nvml, u32)> {
+    let dev = host.gpu(gpu)?;
+    let profile = profile_by_name_on(host, &dev, name)?;
+    let (nvml, index) = mig_gpu_on(host, &dev)?;
+    Ok((profile, nvml, index))
+}
+
 /// [`profile_by_name`] on a GPU the caller has just read.
 pub(crate) fn profile_by_name_on(
     host: &TimedHost,
@@ -122,8 +134,7 @@ pub(super) fn instances(host: &TimedHost, gpu: PciAddress, index: u32) -> Result
 fn mig_sizes(host: &TimedHost, gpu: PciAddress, reserved: &[Identity]) -> Result<Vec<Placement>> {
     let mut out = Vec::new();
     for (start, profile) in reserved.iter().filter_map(Identity::mig_slot) {
-        let p = profile_by_name(host, gpu, profile)?;
-        let (_, index) = mig_gpu(host, gpu)?;
+        let (p, _, index) = profile_on_mig_gpu(host, gpu, profile)?;
         let size = placements(host, gpu, index, p.id)?
             .first()
             .map_or(1, |pl| pl.size);
@@ -184,8 +195,7 @@ pub(super) fn plan_start(
     start: Option<u32>,
     reserved: &[Identity],
 ) -> Result<u32> {
-    let profile = profile_by_name(host, gpu, name)?;
-    let (_, index) = mig_gpu(host, gpu)?;
+    let (profile, _, index) = profile_on_mig_gpu(host, gpu, name)?;
     let mut occupied: Vec<Placement> = instances(host, gpu, index)?
         .iter()
         .map(|g| g.placement)
@@ -351,8 +361,7 @@ impl Backend for MigBackend {
     fn realize(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Handles> {
         let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
-        let profile = profile_by_name(host, gpu, name)?;
-        let (nvml, index) = mig_gpu(host, gpu)?;
+        let (profile, nvml, index) = profile_on_mig_gpu(host, gpu, name)?;
         let gi = match at_start(host, gpu, index, start)? {
             Some(gi) if gi.profile_id == profile.id => gi,
             Some(gi) => {
@@ -389,8 +398,7 @@ impl Backend for MigBackend {
     fn destroy(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<()> {
         let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
-        let profile = profile_by_name(host, gpu, name)?;
-        let (nvml, index) = mig_gpu(host, gpu)?;
+        let (profile, nvml, index) = profile_on_mig_gpu(host, gpu, name)?;
         let Some(gi) = at_start(host, gpu, index, start)? else {
             return Ok(());
         };
@@ -420,8 +428,7 @@ impl Backend for MigBackend {
     fn observe(&self, host: &TimedHost, spec: &SliceSpec, id: &Identity) -> Result<Observed> {
         let gpu = spec.pci()?;
         let (start, name) = id_parts(id)?;
-        let profile = profile_by_name(host, gpu, name)?;
-        let (_, index) = mig_gpu(host, gpu)?;
+        let (profile, _, index) = profile_on_mig_gpu(host, gpu, name)?;
         Ok(match at_start(host, gpu, index, start)? {
             None => Observed::Absent,
             Some(gi) if gi.profile_id != profile.id => Observed::Changed(format!(

@@ -24,6 +24,7 @@ use ids::{MigProfileName, PciAddress, VgpuTypeId};
 use super::choose::choose_vf;
 use super::mig::{
     at_start, check_start, cis, create_gi, instances, mig_gpu, plan_start, profile_by_name,
+    profile_on_mig_gpu,
 };
 use super::vf_type::{
     self, check_offered, current, free_vfs, mig_profile_id, remove_type, type_infos, type_of,
@@ -197,8 +198,7 @@ fn realize(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> 
             "VF {vf} of GPU {gpu} is not enabled"
         )));
     }
-    let profile = profile_by_name(host, gpu, name)?;
-    let (nvml, index) = mig_gpu(host, gpu)?;
+    let (profile, nvml, index) = profile_on_mig_gpu(host, gpu, name)?;
     let carried = current(host, vf)?;
     let (gi, made) = match (carried, at_start(host, gpu, index, start)?) {
         (Some(t), Some(gi)) if t == ty && gi.profile_id == profile.id => {
@@ -352,8 +352,7 @@ fn observe(host: &TimedHost, gpu: PciAddress, ty: VgpuTypeId, id: &Identity) -> 
             "VF {vf} carries vGPU type {t}, not {ty}"
         )));
     }
-    let profile = profile_by_name(host, gpu, name)?;
-    let (_, index) = mig_gpu(host, gpu)?;
+    let (profile, _, index) = profile_on_mig_gpu(host, gpu, name)?;
     Ok(match (carried, at_start(host, gpu, index, start)?) {
         (_, Some(gi)) if gi.profile_id != profile.id => Observed::Changed(format!(
             "slot {start} holds GPU instance {} of another profile",
