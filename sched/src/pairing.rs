@@ -200,7 +200,10 @@ mod tests {
         let r = rules(shares()).unwrap_or_else(|| panic!("rules off for a share mix"));
         assert!((r.pair_cpu_per_unit - 20.0).abs() < 1e-9, "{r:?}");
         // 0.81 leaves 0.19, 0.47 leaves 0.53 → 0.06; an empty GPU alone holds 0.06 dead.
-        assert!((r.empty_waste - ((190.0 + 60.0) / 2.0 - 60.0)).abs() < 1e-9, "{r:?}");
+        assert!(
+            (r.empty_waste - ((190.0 + 60.0) / 2.0 - 60.0)).abs() < 1e-9,
+            "{r:?}"
+        );
         assert!((r.stranded(10.0, 1000.0, 10_000) - 0.5 * (10.0 + 500.0)).abs() < 1e-9);
     }
 
@@ -217,7 +220,7 @@ mod tests {
     #[test]
     fn whole_and_multi_gpu_demand_switches_the_rules_off() {
         // One whole-GPU request per 20 shares: 0.81 + 0.47 asked 10 times against 1 GPU.
-        let mut mix: Vec<WorkItem> = shares().into_iter().map(|i| i.clone()).collect();
+        let mut mix = shares();
         mix.iter_mut().for_each(|i| i.weight = 10.0);
         let mut whole = mix.clone();
         whole.push(item(1000, 1, 1.0, 8_000));
@@ -225,7 +228,10 @@ mod tests {
         assert!(rules(whole).is_none(), "whole GPUs ask 7 % of the demand");
         let mut multi = mix;
         multi.push(item(1000, 2, 0.5, 16_000));
-        assert!(rules(multi).is_none(), "two-GPU requests ask 7 % of the demand");
+        assert!(
+            rules(multi).is_none(),
+            "two-GPU requests ask 7 % of the demand"
+        );
     }
 
     #[test]
