@@ -105,6 +105,7 @@ mod frag;
 pub mod mig;
 mod mix_estimate;
 mod model;
+mod pairing;
 mod waste;
 
 pub use decide::{

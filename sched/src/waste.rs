@@ -24,13 +24,19 @@
 //! - **CPU-stranded capacity** of a NUMA node: GPU capacity that is not dead but that the node's
 //!   free CPUs could not feed at the workload's average CPU per GPU unit.
 //!
-//! A host's waste is `dead + STRANDED_WEIGHT × stranded`, in GPUs.
+//! - On mixes made of shares, the `pairing` module's rules: the stranded term measured partly
+//!   at the CPU pairs of shares ask, and empty GPUs on CPU-poor nodes counted as the capacity a
+//!   share opening them is expected to leave.
+//!
+//! A host's waste is `dead + STRANDED_WEIGHT × stranded` (plus the empty GPUs' expected waste
+//! when the pairing rules apply), in GPUs.
 
 use std::collections::HashMap;
 
 use crate::cap::Cap;
 use crate::frag::{HostCaps, Workload};
 use crate::model::{GPU_UNITS, GpuMode, GpuState, SliceChoice, SliceRequest, Snapshot};
+use crate::pairing::ShareRules;
 
 /// A sub-GPU share counts as common, and may fill remainders, when its requests hold at least
 /// this part of the capacity the workload's sub-GPU requests ask for (on the openb replay
@@ -50,8 +56,30 @@ pub(crate) struct WasteParts {
     /// Dead capacity per GPU.
     dead: Vec<u32>,
     total_dead: u32,
-    /// Free capacity that is not dead, per NUMA node in snapshot order.
-    fillable: Vec<u32>,
+    /// Per NUMA node in snapshot order.
+    numa: Vec<NumaParts>,
+}
+
+/// What the CPU terms need of one NUMA node's GPUs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NumaParts {
+    /// Free capacity that is not dead.
+    fillable: u32,
+    /// GPUs with free capacity.
+    open: u32,
+
+    /// Empty fractional GPUs.
+    empty: u32,
+}
+
+impl NumaParts {
+    /// Adds (`sign` 1) or removes (-1) one GPU with `free` units free, `dead` of them dead.
+    fn count(&mut self, free: u32, dead: u32, frac: bool, sign: i64) {
+        let add = |v: &mut u32, d: u32| *v = (i64::from(*v) + sign * i64::from(d)).max(0) as u32;
+        add(&mut self.fillable, free - dead);
+        add(&mut self.open, u32::from(free > 0));
+        add(&mut self.empty, u32::from(frac && free == GPU_UNITS));
+    }
 }
 
 /// The waste model of one workload on one host.
@@ -63,6 +91,8 @@ pub(crate) struct WasteModel<'w> {
     share_sizes: Option<Vec<u32>>,
     /// Milli-CPUs the workload asks per GPU unit (0: no CPU term).
     cpu_per_unit: f64,
+    /// The pairing rules, when the mix is made of shares.
+    rules: Option<ShareRules>,
     /// Dead capacity by (GPU index, or `usize::MAX` when shared by all GPUs; free share).
     memo: HashMap<(usize, u32), u32>,
 }
@@ -118,12 +148,25 @@ impl<'w> WasteModel<'w> {
             })
             .collect::<Option<Vec<Option<u32>>>>()
             .map(|v| v.into_iter().flatten().filter(|m| *m > 0).collect());
-        Self {
+        let mut model = Self {
             common,
             share_sizes,
             cpu_per_unit: cpu_per_unit(workload, &sizes),
+            rules: None,
             memo: HashMap::new(),
-        }
+        };
+        model.rules = model.share_rules(workload, &sizes);
+        model
+    }
+
+    /// The pairing rules of `workload` (off when a generic size is among the common shapes:
+    /// its dead capacity differs per GPU).
+    fn share_rules(&mut self, workload: &Workload, sizes: &[Option<u32>]) -> Option<ShareRules> {
+        let common = self.share_sizes.as_ref()?;
+        let memo = &mut self.memo;
+        ShareRules::new(workload, sizes, |free| {
+            unfilled(free, common, usize::MAX, memo)
+        })
     }
 
     /// Expected waste of the host in GPUs (see the module docs).
@@ -144,7 +187,7 @@ impl<'w> WasteModel<'w> {
     ) -> f64 {
         // Only the changed GPUs are measured again; the rest comes from `base`.
         let mut dead = i64::from(base.total_dead);
-        let mut fillable: Vec<i64> = base.fillable.iter().map(|f| i64::from(*f)).collect();
+        let mut numa = base.numa.clone();
         for g in changed {
             let (Some(gpu), Some(cap)) = (snap.gpus.get(*g), after.caps.get(*g)) else {
                 continue;
@@ -154,12 +197,13 @@ impl<'w> WasteModel<'w> {
             };
             let (free, new_dead) = self.gpu_parts(*g, gpu, cap);
             dead += i64::from(new_dead) - i64::from(*old_dead);
-            if let Some(f) = numa_index(snap, gpu).and_then(|n| fillable.get_mut(n)) {
-                *f += i64::from(free - new_dead) - i64::from(old_free - old_dead);
+            if let Some(n) = numa_index(snap, gpu).and_then(|n| numa.get_mut(n)) {
+                let frac = matches!(cap, Cap::Frac { .. });
+                n.count(*old_free, *old_dead, frac, -1);
+                n.count(free, new_dead, frac, 1);
             }
         }
-        let fillable = fillable.into_iter().map(|f| f.max(0) as u32);
-        self.total_of(dead.max(0) as u32, fillable, &after.numa_cpu)
+        self.total_of(dead.max(0) as u32, &numa, &after.numa_cpu)
     }
 
     /// Free and dead capacity per GPU, and fillable capacity per NUMA node, of `host`.
@@ -168,15 +212,15 @@ impl<'w> WasteModel<'w> {
             free: Vec::with_capacity(snap.gpus.len()),
             dead: Vec::with_capacity(snap.gpus.len()),
             total_dead: 0,
-            fillable: vec![0; snap.numa.len()],
+            numa: vec![NumaParts::default(); snap.numa.len()],
         };
         for (i, (gpu, cap)) in snap.gpus.iter().zip(&host.caps).enumerate() {
             let (free, dead) = self.gpu_parts(i, gpu, cap);
             parts.free.push(free);
             parts.dead.push(dead);
             parts.total_dead += dead;
-            if let Some(n) = numa_index(snap, gpu).and_then(|n| parts.fillable.get_mut(n)) {
-                *n += free - dead;
+            if let Some(n) = numa_index(snap, gpu).and_then(|n| parts.numa.get_mut(n)) {
+                n.count(free, dead, matches!(cap, Cap::Frac { .. }), 1);
             }
         }
         parts
@@ -192,18 +236,23 @@ impl<'w> WasteModel<'w> {
 
     /// The waste of a host broken down as `parts`, with `numa_cpu` free per NUMA node.
     pub fn total(&self, parts: &WasteParts, numa_cpu: &[u64]) -> f64 {
-        self.total_of(parts.total_dead, parts.fillable.iter().copied(), numa_cpu)
+        self.total_of(parts.total_dead, &parts.numa, numa_cpu)
     }
 
-    fn total_of(&self, dead: u32, fillable: impl Iterator<Item = u32>, numa_cpu: &[u64]) -> f64 {
-        let mut stranded = 0.0;
-        if self.cpu_per_unit > 0.0 {
-            for (fill, cpu) in fillable.zip(numa_cpu) {
-                let fed = *cpu as f64 / self.cpu_per_unit;
-                stranded += (f64::from(fill) - fed).max(0.0);
+    fn total_of(&self, dead: u32, numa: &[NumaParts], numa_cpu: &[u64]) -> f64 {
+        let (mut stranded, mut empty) = (0.0, 0.0);
+        for (n, cpu) in numa.iter().zip(numa_cpu) {
+            let fillable = f64::from(n.fillable);
+            let at_mean = stranded_at(fillable, *cpu, self.cpu_per_unit);
+            match &self.rules {
+                Some(r) => {
+                    stranded += r.stranded(at_mean, fillable, *cpu);
+                    empty += r.empty_gpus_waste(*cpu, n.open, n.empty);
+                }
+                None => stranded += at_mean,
             }
         }
-        (f64::from(dead) + STRANDED_WEIGHT * stranded) / f64::from(GPU_UNITS)
+        (f64::from(dead) + STRANDED_WEIGHT * stranded + empty) / f64::from(GPU_UNITS)
     }
 
     /// Free share of fractional GPU `index` that no sum of common slices can fill (0 for the
@@ -249,6 +298,15 @@ fn unfilled(
     }
     memo.insert((gpu_key, free), best);
     best
+}
+
+/// GPU units of `fillable` that `cpu_milli` free could not feed at `cpu_per_unit` milli-CPUs
+/// a unit (nothing when the rate is 0: no CPU term).
+pub(crate) fn stranded_at(fillable: f64, cpu_milli: u64, cpu_per_unit: f64) -> f64 {
+    if cpu_per_unit <= 0.0 {
+        return 0.0;
+    }
+    (fillable - cpu_milli as f64 / cpu_per_unit).max(0.0)
 }
 
 /// Index in `snap.numa` of the node feeding `gpu`: its own, or the only one.
