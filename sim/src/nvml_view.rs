@@ -291,6 +291,17 @@ impl SimNvml {
         Self::answer(calls, self.host.store().write_volatile(f))
     }
 
+    /// Takes the oldest queued Xid event, if one is still there.
+    fn take_xid(&self) -> NvmlResult<Option<XidEvent>> {
+        let taken = self.host.store().write(|st, _| {
+            Ok::<_, NvmlCode>(st.xids.pop_front().map(|x| XidEvent {
+                gpu_uuid: gpu_uuid(st, x.gpu),
+                xid: x.xid,
+            }))
+        });
+        Self::answer(calls::XID, taken)
+    }
+
     /// A store call's outcome as NVML answers: a store that failed is `UNKNOWN`.
     fn answer<T>(
         calls: &'static [&'static str],
@@ -684,20 +695,15 @@ impl Nvml for SimNvml {
         self.fault(calls::XID, None)?;
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
         loop {
-            let next = self
+            // Looked at before taken: the real call blocks in the driver at no CPU cost, and a
+            // store write (exclusive lock, a copy and a comparison of the whole host) every
+            // 20 ms was most of an idle daemon's CPU.
+            let queued = self
                 .host
                 .store()
-                .write(|st, _| -> Result<Option<XidEvent>, NvmlCode> {
-                    let Some(x) = st.xids.pop_front() else {
-                        return Ok(None);
-                    };
-                    Ok(Some(XidEvent {
-                        gpu_uuid: gpu_uuid(st, x.gpu),
-                        xid: x.xid,
-                    }))
-                })
-                .map_err(|_| Self::err(calls::XID, NvmlCode::UNKNOWN))?
-                .map_err(|c| Self::err(calls::XID, c))?;
+                .read(|v| !v.state.xids.is_empty())
+                .map_err(|_| Self::err(calls::XID, NvmlCode::UNKNOWN))?;
+            let next = if !queued { None } else { self.take_xid()? };
             let now = Instant::now();
             if next.is_some() || now >= deadline {
                 return Ok(next);
