@@ -58,6 +58,13 @@
 //! because on the openb replay it is worth 0.7 points of capacity over fragmentation alone
 //! (4.46 % → 3.75 % unallocated, see BENCHMARKS.md); fragmentation still orders what waste
 //! leaves equal, which is most choices while a host has room (then nothing is wasted yet).
+//! When shares are what opens empty GPUs (at least 95 %, `SHARE_MIX_MIN`, of the mix's GPU
+//! demand is sub-GPU: no whole-GPU work needs the empty ones), two more rules of the `pairing`
+//! module apply: the stranded term is measured partly at the CPU the *pairing* shares (half a
+//! GPU or less) ask, so pairs go to nodes whose CPUs can feed them, and an empty fractional GPU
+//! on a node too CPU-poor for pairs already counts the waste the share opening it is expected
+//! to leave, so the CPU-light large shares go there (openb `gpushare100`: 11.61 → 10.44 %
+//! unallocated, BENCHMARKS.md §1).
 //! Dead capacity is measured on fractional GPUs only: on MIG, "could some mix of profiles
 //! fill these slices?" is nearly always yes, and ranked first it put small instances into the
 //! slots large profiles need; there fragmentation (slot alignment) decides, as before.
