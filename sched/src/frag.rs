@@ -158,8 +158,9 @@ struct PlannedItem<'w> {
 /// What decides whether a shape can use a GPU, as far as the snapshot alone says.
 #[derive(Debug, Clone, Copy)]
 enum Fit {
-    /// The GPU's model is not one the shape accepts.
-    WrongModel,
+    /// The shape can never use the GPU: a model it does not accept, or a MIG profile the
+    /// GPU's geometry does not have.
+    Never,
     /// A MIG profile of the GPU's geometry, at this index.
     MigProfile(usize),
     /// The free capacity decides (`Cap::unusable_for`).
@@ -215,7 +216,7 @@ impl PlannedItem<'_> {
                 continue;
             }
             let here = match fit {
-                Fit::WrongModel => None,
+                Fit::Never => None,
                 _ if !host.cpu_fits(snap, gpu, item.cpu_milli, item.memory_mib) => None,
                 Fit::MigProfile(i) => cap.unusable_for_profile(gpu, *i),
                 Fit::ByCapacity => cap.unusable_for(gpu, &item.slice),
@@ -238,12 +239,12 @@ impl PlannedItem<'_> {
 
 fn fit_of(item: &WorkItem, gpu: &GpuState) -> Fit {
     if !model_ok(&item.models, gpu) {
-        return Fit::WrongModel;
+        return Fit::Never;
     }
     match (&item.slice, &gpu.mode) {
         (SliceRequest::Mig(p), GpuMode::Mig { geometry, .. }) => match geometry.shape(p) {
             Some((i, _)) => Fit::MigProfile(i),
-            None => Fit::WrongModel,
+            None => Fit::Never,
         },
         _ => Fit::ByCapacity,
     }

@@ -28,7 +28,7 @@
 //! CPU-poor nodes (which opens more GPUs there to single shares), spends that room on shares.
 //! On the default list the two rules ungated cost about a point of capacity.
 
-use crate::frag::Workload;
+use crate::frag::{WorkItem, Workload};
 use crate::model::{GPU_UNITS, SliceRequest};
 use crate::waste::stranded_at;
 
@@ -78,10 +78,7 @@ impl ShareRules {
         }
         let pair_cpu_per_unit = pair_cpu_per_unit(workload, sizes)?;
         let (mut waste, mut weight) = (0.0, 0.0);
-        for (item, size) in workload.items.iter().zip(sizes) {
-            let Some(size) = size.filter(|_| on_fractional(&item.slice)) else {
-                continue;
-            };
+        for (item, size) in fractional_items(workload, sizes) {
             let w = item.weight.max(0.0);
             weight += w;
             waste += w * f64::from(dead(GPU_UNITS.saturating_sub(size)));
@@ -116,22 +113,32 @@ impl ShareRules {
     }
 }
 
-/// Whether `slice` is placed on a fractional GPU.
-fn on_fractional(slice: &SliceRequest) -> bool {
-    matches!(
-        slice,
-        SliceRequest::Fraction(_) | SliceRequest::Whole | SliceRequest::Generic { .. }
-    )
+/// The workload's shapes placed on fractional GPUs, each with its known size in GPU units.
+fn fractional_items<'a>(
+    workload: &'a Workload,
+    sizes: &'a [Option<u32>],
+) -> impl Iterator<Item = (&'a WorkItem, u32)> + 'a {
+    let on_fractional = |slice: &SliceRequest| {
+        matches!(
+            slice,
+            SliceRequest::Fraction(_) | SliceRequest::Whole | SliceRequest::Generic { .. }
+        )
+    };
+    workload
+        .items
+        .iter()
+        .zip(sizes)
+        .filter_map(move |(item, size)| {
+            size.filter(|_| on_fractional(&item.slice))
+                .map(|s| (item, s))
+        })
 }
 
 /// The part of the GPU capacity the workload's fractional-GPU shapes ask for that sub-GPU
 /// requests ask (`None` when they ask none at all).
 fn sub_gpu_part(workload: &Workload, sizes: &[Option<u32>]) -> Option<f64> {
     let (mut sub, mut all) = (0.0, 0.0);
-    for (item, size) in workload.items.iter().zip(sizes) {
-        let Some(size) = size.filter(|_| on_fractional(&item.slice)) else {
-            continue;
-        };
+    for (item, size) in fractional_items(workload, sizes) {
         let demand = item.weight.max(0.0) * f64::from(item.count.max(1) * size);
         all += demand;
         if size < GPU_UNITS {
@@ -145,13 +152,8 @@ fn sub_gpu_part(workload: &Workload, sizes: &[Option<u32>]) -> Option<f64> {
 /// none or they ask no CPU).
 fn pair_cpu_per_unit(workload: &Workload, sizes: &[Option<u32>]) -> Option<f64> {
     let (mut cpu, mut units) = (0.0, 0.0);
-    for (item, size) in workload.items.iter().zip(sizes) {
-        let Some(size) = size.filter(|s| *s > 0 && *s <= PAIR_MAX_SHARE) else {
-            continue;
-        };
-        if !on_fractional(&item.slice) {
-            continue;
-        }
+    let pairing = fractional_items(workload, sizes).filter(|(_, s)| *s > 0 && *s <= PAIR_MAX_SHARE);
+    for (item, size) in pairing {
         let w = item.weight.max(0.0);
         cpu += w * f64::from(item.cpu_milli);
         units += w * f64::from(item.count.max(1) * size);
@@ -162,7 +164,6 @@ fn pair_cpu_per_unit(workload: &Workload, sizes: &[Option<u32>]) -> Option<f64> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frag::WorkItem;
 
     fn item(milli: u32, count: u32, weight: f64, cpu_milli: u32) -> WorkItem {
         WorkItem {

@@ -67,7 +67,6 @@ pub(crate) struct NumaParts {
     fillable: u32,
     /// GPUs with free capacity.
     open: u32,
-
     /// Empty fractional GPUs.
     empty: u32,
 }
