@@ -74,3 +74,100 @@ fn an_unannounced_change_shows_after_the_backstop_without_a_reader_waiting_for_i
     }
     assert_eq!(e.inventory().gpus.len(), gpus - 1);
 }
+
+/// Another GPU of each profile below, whose `numa_node` is made unreadable after the first
+/// inventory: a whole discovery then warns about it, a refresh of the changed GPU alone does not.
+fn other_gpu(profile: &str) -> &'static str {
+    match profile {
+        "dgx-a100" => LAST,
+        "hgx-h200" => "0000:2a:00.0",
+        _ => "0000:42:00.0",
+    }
+}
+
+/// Makes a slice of `kind` on `gpu` through the engine, then destroys it, and after each
+/// compares the engine's inventory with a whole discovery of the host: the changed GPU and the
+/// PCI functions read the same. Returns whether the engine read the other GPU again (a whole
+/// discovery) after the create.
+fn refreshed_like_a_discovery(profile: &str, gpu: &str, kind: agent::engine::SliceKind) -> bool {
+    let h = sim(profile);
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&h, dir.path());
+    e.reconcile().unwrap();
+    let _ = e.inventory();
+    let other = other_gpu(profile);
+    fault(
+        &h,
+        &format!("read:/sys/bus/pci/devices/{other}/numa_node=EIO"),
+    );
+    let warned = |inv: &inventory::HostInventory| {
+        let g = inv.gpus.iter().find(|g| g.pci_address == addr(other));
+        let g = g.expect("the other GPU is listed");
+        g.warnings.iter().any(|w| w.contains("numa_node"))
+    };
+    let same = |when: &str| {
+        let kept = e.inventory();
+        let fresh = inventory::discover(&sim_access(&h));
+        let find = |inv: &inventory::HostInventory| {
+            inv.gpus
+                .iter()
+                .find(|g| g.pci_address == addr(gpu))
+                .cloned()
+        };
+        assert_eq!(find(&kept), find(&fresh), "{profile} {gpu} {when}");
+        let not_other = |inv: &inventory::HostInventory| {
+            (inv.pci_devices.iter())
+                .filter(|p| p.pci_address != addr(other))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(not_other(&kept), not_other(&fresh), "{profile} {when}");
+        assert!(warned(&fresh), "the fault shows in a discovery");
+        warned(&kept)
+    };
+    let s = e
+        .create_slice(agent::engine::CreateSlice {
+            spec: spec(gpu, kind),
+            owner: None,
+        })
+        .unwrap();
+    let rediscovered = same("after the create");
+    e.destroy_slice(s.id).unwrap();
+    same("after the destroy");
+    rediscovered
+}
+
+#[test]
+fn a_change_to_one_gpu_is_read_again_on_that_gpu_alone() {
+    let vgpu = agent::engine::SliceKind::NvidiaVfio {
+        vgpu_type: "1421".parse().unwrap(),
+        start: None,
+    };
+    let cases = [
+        ("dgx-a100", A100, mig_kind("1g.10gb", None)),
+        ("vdi-mixed", "0000:41:00.0", mdev_kind("nvidia-222")),
+        (
+            "vdi-mixed",
+            "0000:c1:00.0",
+            agent::engine::SliceKind::SriovVf,
+        ),
+        ("hgx-h200", "0000:18:00.0", vgpu),
+    ];
+    for (profile, gpu, kind) in cases {
+        assert!(
+            !refreshed_like_a_discovery(profile, gpu, kind.clone()),
+            "{profile} {gpu}: only the changed GPU is read again"
+        );
+    }
+}
+
+#[test]
+fn a_gpu_that_changes_driver_makes_the_whole_host_read_again() {
+    // NVML numbers the GPUs its driver holds: one that leaves it can renumber the others.
+    let passthrough = agent::engine::SliceKind::Passthrough;
+    assert!(refreshed_like_a_discovery(
+        "vdi-mixed",
+        "0000:41:00.0",
+        passthrough
+    ));
+}

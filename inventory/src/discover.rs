@@ -29,14 +29,14 @@ pub struct HostAccess {
 }
 
 /// Everything read about the host's PCI functions, by address.
-type PciMap = BTreeMap<PciAddress, vfio::PciDevice>;
+pub(crate) type PciMap = BTreeMap<PciAddress, vfio::PciDevice>;
 
 /// What GPU discovery needs from the host-wide passes.
-struct Context<'a> {
-    host: &'a HostAccess,
-    pci: &'a PciMap,
+pub(crate) struct Context<'a> {
+    pub(crate) host: &'a HostAccess,
+    pub(crate) pci: &'a PciMap,
     /// IOMMU group of each mdev, from `/sys/bus/mdev/devices`.
-    mdev_groups: BTreeMap<ids::MdevUuid, Option<ids::IommuGroupId>>,
+    pub(crate) mdev_groups: BTreeMap<ids::MdevUuid, Option<ids::IommuGroupId>>,
 }
 
 /// Discovers the host. Never fails: what cannot be read becomes a warning.
@@ -174,7 +174,10 @@ fn nvml_devices(
     out
 }
 
-fn amd_gpus(amd: &dyn AmdSmi, warnings: &mut Vec<String>) -> BTreeMap<PciAddress, gpu::AmdGpuInfo> {
+pub(crate) fn amd_gpus(
+    amd: &dyn AmdSmi,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<PciAddress, gpu::AmdGpuInfo> {
     match amd.gpus() {
         Ok(list) => list.into_iter().map(|g| (g.pci_address, g)).collect(),
         Err(e) => {
@@ -241,7 +244,7 @@ fn mdev_groups(
     }
 }
 
-fn build_gpu(
+pub(crate) fn build_gpu(
     ctx: &Context<'_>,
     dev: &vfio::PciDevice,
     nv: Option<&gpu::DeviceInfo>,
@@ -486,7 +489,7 @@ fn type_info(t: &mdev::MdevType) -> MdevTypeInfo {
     }
 }
 
-fn parent_info(p: mdev::MdevParent) -> MdevParentInfo {
+pub(crate) fn parent_info(p: mdev::MdevParent) -> MdevParentInfo {
     MdevParentInfo {
         types: p.types.iter().map(type_info).collect(),
         name: p.name,
@@ -588,7 +591,7 @@ fn existing_slices(
     slices
 }
 
-fn pci_info(dev: &vfio::PciDevice) -> PciDeviceInfo {
+pub(crate) fn pci_info(dev: &vfio::PciDevice) -> PciDeviceInfo {
     PciDeviceInfo {
         pci_address: dev.address,
         vendor_id: dev.vendor.to_string(),

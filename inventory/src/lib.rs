@@ -11,8 +11,10 @@
 
 mod discover;
 mod model;
+mod refresh;
 mod render;
 
 pub use discover::{HostAccess, discover};
 pub use model::*;
+pub use refresh::refresh;
 pub use render::render_tree;

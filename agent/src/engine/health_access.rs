@@ -39,8 +39,11 @@ impl Engine {
             .inner
             .gpu_locks
             .lock(super::model::DeviceRef::from(gpu));
-        vfio::reset_function(self.host().fs(), gpu)
-            .map_err(|e| EngineError::from_vfio(format!("cannot reset GPU {gpu}"), e))?;
+        let reset = vfio::reset_function(self.host().fs(), gpu);
+        // A reset re-initialises the device under its driver (NVML may see it anew): counted
+        // as a change of the whole host, not of this GPU alone.
+        self.host().changes().bump_whole();
+        reset.map_err(|e| EngineError::from_vfio(format!("cannot reset GPU {gpu}"), e))?;
         tracing::info!(%gpu, "GPU reset");
         Ok(())
     }

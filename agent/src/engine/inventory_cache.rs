@@ -5,7 +5,9 @@
 //! changes the host, so the last discovery is kept and handed out until one of:
 //!
 //! - the engine changed the host itself (a sysfs write or a mutating vendor call, counted by
-//!   `host_changes`): the next reader discovers again;
+//!   `host_changes`): the next reader reads again what the change touched (the GPU whose lock
+//!   the change was made under, `inventory::refresh`), or discovers the whole host again when
+//!   the change was not a device's;
 //! - a device event arrived or a reconcile starts ([`Engine::host_changed`]): the same;
 //! - it is older than [`MAX_AGE`]: a backstop for what nothing announces (another program's
 //!   NVML calls, a link that retrained). The reader that finds it so still gets it, and starts
@@ -23,6 +25,8 @@ use std::time::{Duration, Instant};
 use inventory::HostInventory;
 
 use super::handle::Engine;
+use super::host_changes::Since;
+use super::model::DeviceRef;
 
 /// The longest a discovery is handed out without a change having been seen.
 pub const MAX_AGE: Duration = Duration::from_secs(5);
@@ -74,12 +78,22 @@ impl InventoryCache {
         }
     }
 
-    fn keep(&self, changes: u64, inventory: Arc<HostInventory>) {
+    /// Keeps `inventory`, read after `changes`; `at` is when the host was last discovered
+    /// whole (the backstop's age counts from there, not from a refresh of some devices).
+    fn keep(&self, changes: u64, at: Instant, inventory: Arc<HostInventory>) {
         *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Kept {
             changes,
-            at: Instant::now(),
+            at,
             inventory,
         });
+    }
+
+    /// The kept inventory with the count it was read after and when the host was discovered
+    /// whole, if that is under [`MAX_AGE`] ago.
+    fn young(&self) -> Option<(u64, Instant, Arc<HostInventory>)> {
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let k = last.as_ref().filter(|k| k.at.elapsed() < MAX_AGE)?;
+        Some((k.changes, k.at, k.inventory.clone()))
     }
 }
 
@@ -95,7 +109,7 @@ impl Engine {
     /// Something may have changed the host behind the engine's back (a device event): the
     /// next reader discovers it again.
     pub fn host_changed(&self) {
-        self.host().changes().bump();
+        self.host().changes().bump_whole();
     }
 
     /// The last discovery if it is still current, else a new one.
@@ -150,10 +164,41 @@ impl Engine {
         if let Some(inv) = cache.current(seen) {
             return inv;
         }
+        if let Some(inv) = self.refresh_kept(seen) {
+            return inv;
+        }
         // Counted before reading: a change during the discovery leaves it stale at once.
+        let at = Instant::now();
         let inv = Arc::new(inventory::discover(&self.host().access));
-        cache.keep(seen, inv.clone());
+        cache.keep(seen, at, inv.clone());
         inv
+    }
+
+    /// The kept inventory with the devices changed since it was read read again, when only
+    /// devices changed (see `host_changes`) and `inventory::refresh` can answer for them.
+    fn refresh_kept(&self, seen: u64) -> Option<Arc<HostInventory>> {
+        let cache = &self.inner.inventory;
+        let (read_at, at, kept) = cache.young()?;
+        let devices = match self.host().changes().since(read_at) {
+            Since::Whole => return None,
+            Since::Nothing => Vec::new(),
+            Since::Devices(devices) => devices,
+        };
+        let (mut gpus, mut parents) = (Vec::new(), Vec::new());
+        for d in devices {
+            match d {
+                DeviceRef::Pci(addr) => gpus.push(addr),
+                DeviceRef::MdevParent(name) => parents.push(name),
+            }
+        }
+        let inv = Arc::new(inventory::refresh(
+            &self.host().access,
+            &kept,
+            &gpus,
+            &parents,
+        )?);
+        cache.keep(seen, at, inv.clone());
+        Some(inv)
     }
 
     /// Reads each known node's free memory (one read per node; a node that cannot be read

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
+use super::host_changes::ChangeScope;
 use super::model::DeviceRef;
 
 /// Locks a mutex; a panic elsewhere does not make the engine's maps unusable.
@@ -57,7 +58,27 @@ impl<K: Eq + Hash + Clone> Drop for KeyGuard<'_, K> {
 }
 
 /// One lock per device (GPU or virtual mdev parent): operations on a device are serialised,
-/// different devices run in parallel.
-pub(crate) type GpuLocks = KeySet<DeviceRef>;
+/// different devices run in parallel. While a thread holds a device's lock, the host changes it
+/// makes are counted as that device's (`host_changes`), so readers re-read only it.
+#[derive(Debug, Default)]
+pub(crate) struct GpuLocks(KeySet<DeviceRef>);
+
+/// Holds one device's lock until dropped.
+#[derive(Debug)]
+pub(crate) struct DeviceGuard<'a> {
+    // Dropped first: the scope ends before another thread may take the lock.
+    _scope: ChangeScope,
+    _key: KeyGuard<'a, DeviceRef>,
+}
+
+impl GpuLocks {
+    pub(crate) fn lock(&self, device: impl Into<DeviceRef>) -> DeviceGuard<'_> {
+        let key = self.0.lock(device);
+        DeviceGuard {
+            _scope: ChangeScope::enter(key.key.clone()),
+            _key: key,
+        }
+    }
+}
 /// One lock per (consumer, idempotency key): a retry waits for the first attempt.
 pub(crate) type KeyLocks = KeySet<(String, String)>;

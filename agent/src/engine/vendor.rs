@@ -166,7 +166,12 @@ impl TimedNvml {
         f: impl FnOnce(&dyn Nvml) -> NvmlResult<T> + Send + 'static,
     ) -> NvmlResult<T> {
         let out = self.call(gate, name, f);
-        self.runner.changes.bump();
+        match &out {
+            // The abandoned call may still change the GPU after this: what was read about the
+            // host is not trusted piecemeal then.
+            Err(e) if e.code == gpu::NvmlCode::TIMEOUT => self.runner.changes.bump_whole(),
+            _ => self.runner.changes.bump(),
+        }
         out
     }
 
@@ -350,7 +355,11 @@ impl TimedAmd {
         f: impl FnOnce(&dyn AmdSmi) -> AmdResult<T> + Send + 'static,
     ) -> AmdResult<T> {
         let out = self.call(gate, name, f);
-        self.runner.changes.bump();
+        match &out {
+            // As for NVML: an abandoned call may still change the GPU.
+            Err(e) if e.status == gpu::AmdStatus::TIMEOUT => self.runner.changes.bump_whole(),
+            _ => self.runner.changes.bump(),
+        }
         out
     }
 
