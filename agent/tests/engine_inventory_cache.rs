@@ -171,3 +171,52 @@ fn a_gpu_that_changes_driver_makes_the_whole_host_read_again() {
         passthrough
     ));
 }
+
+/// The GPUs a placement score for one slice of `t` weighs as offering it: its candidates and
+/// those left out for want of room for the type (a GPU that does not offer it is left out
+/// without naming the type).
+fn gpus_weighed(s: &agent::service::Service, t: &str) -> Vec<ids::PciAddress> {
+    let score = s
+        .placement_score(agent::engine::SliceRequest::new(t, 1))
+        .unwrap();
+    let ex = score.explanation.expect("the score explains itself");
+    let mut gpus: Vec<_> = (ex.candidates.iter())
+        .flat_map(|c| c.placements.iter().map(|p| p.gpu))
+        .chain(
+            ex.excluded
+                .iter()
+                .filter(|v| v.reason.contains(t))
+                .map(|v| v.gpu),
+        )
+        .collect();
+    gpus.sort();
+    gpus.dedup();
+    gpus
+}
+
+#[test]
+fn a_gpu_that_stops_offering_a_type_drops_out_of_the_kept_candidates() {
+    let h = sim("vdi-mixed");
+    let dir = tempfile::tempdir().unwrap();
+    let s = agent::service::Service::with_options(
+        engine(&h, dir.path()),
+        agent::service::ServiceOptions {
+            policy: sched::Policy::default(),
+            pinning: None,
+            ..Default::default()
+        },
+    );
+    let (t4, t4b) = (addr("0000:41:00.0"), addr("0000:42:00.0"));
+    assert_eq!(gpus_weighed(&s, "nvidia-222"), vec![t4, t4b]);
+    // Passed through, the second T4 has no mdev parent: it offers no mdev type.
+    create(
+        s.engine(),
+        "0000:42:00.0",
+        agent::engine::SliceKind::Passthrough,
+    )
+    .unwrap();
+    assert_eq!(gpus_weighed(&s, "nvidia-222"), vec![t4]);
+    // A slice of the type on the first T4 changes that GPU, which still offers it.
+    create(s.engine(), "0000:41:00.0", mdev_kind("nvidia-222")).unwrap();
+    assert_eq!(gpus_weighed(&s, "nvidia-222"), vec![t4]);
+}

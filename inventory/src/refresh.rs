@@ -30,8 +30,6 @@ pub fn refresh(
 ) -> Option<HostInventory> {
     let mut inv = prev.clone();
     if !gpus.is_empty() {
-        let fs = host.sysfs.as_ref();
-        let (parent_names, _) = mdev::list_parents(fs).ok()?;
         let amd = match &host.amd {
             Ok((amd, _)) => {
                 let mut problems = Vec::new();
@@ -42,7 +40,7 @@ pub fn refresh(
         };
         for addr in gpus {
             let at = inv.gpus.iter().position(|g| g.pci_address == *addr)?;
-            let (gpu, functions) = reread_gpu(host, &inv.gpus[at], &parent_names, &amd)?;
+            let (gpu, functions) = reread_gpu(host, &inv.gpus[at], &amd)?;
             inv.gpus[at] = gpu;
             inv.pci_devices
                 .retain(|p| p.pci_address != *addr && p.physfn != Some(*addr));
@@ -63,7 +61,6 @@ pub fn refresh(
 fn reread_gpu(
     host: &HostAccess,
     was: &Gpu,
-    parent_names: &[MdevParentName],
     amd: &BTreeMap<PciAddress, gpu::AmdGpuInfo>,
 ) -> Option<(Gpu, PciMap)> {
     let fs = host.sysfs.as_ref();
@@ -87,11 +84,11 @@ fn reread_gpu(
     for vf in dev.sriov.iter().flat_map(|s| &s.vfs) {
         functions.insert(*vf, vfio::read_device(fs, *vf).ok()?);
     }
-    let name = MdevParentName::from(addr);
-    let parent = if parent_names.contains(&name) {
-        Some(mdev::read_parent(fs, &name).ok()?)
-    } else {
-        None
+    let parent = match mdev::read_parent(fs, &MdevParentName::from(addr)) {
+        Ok(parent) => Some(parent),
+        // No mdev parent (no mdev-capable driver on it): as a discovery finds no such entry.
+        Err(mdev::MdevError::UnknownParent { .. }) => None,
+        Err(_) => return None,
     };
     let mut mdev_groups = BTreeMap::new();
     for uuid in parent

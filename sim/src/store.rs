@@ -3,7 +3,9 @@
 //! Every operation takes the process-local mutex, then (with a directory) a `flock` on
 //! `<dir>/lock` — shared to read, exclusive to change — reloads `host.json` if another handle
 //! replaced it, works on the model, and on a change writes a new `host.json` atomically (temp
-//! file, fsync, rename, fsync of the directory). A change runs on a copy that is only kept when
+//! file, fsync, rename, fsync of the directory). A read whose `host.json` is the one it last
+//! read skips the lock: the file is only ever replaced whole, by rename, so an unchanged one is
+//! a committed state, and a change in flight has not happened yet. A change runs on a copy that is only kept when
 //! the operation succeeds, so a refused write changes nothing.
 
 use std::fs::{self, File, OpenOptions};
@@ -178,6 +180,16 @@ impl Store {
         }
     }
 
+    /// Whether the state file is the one `cache` holds (always, in memory).
+    fn unchanged(&self, cache: &Cache) -> Result<bool, SimError> {
+        let Some(b) = &self.backing else {
+            return Ok(true);
+        };
+        let path = b.dir.join(STATE_FILE);
+        let meta = fs::metadata(&path).map_err(|e| SimError::io(&path, e))?;
+        Ok(cache.stamp == Some(Stamp::of(&meta)))
+    }
+
     fn refresh(&self, cache: &mut Cache) -> Result<(), SimError> {
         let Some(b) = &self.backing else {
             return Ok(());
@@ -245,8 +257,10 @@ impl Store {
     /// Runs `f` on the current state without changing it.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&mut View<'_>) -> T) -> Result<T, SimError> {
         let mut cache = self.lock_cache();
-        let _guard = self.file_lock(LockKind::Shared)?;
-        self.refresh(&mut cache)?;
+        if !self.unchanged(&cache)? {
+            let _guard = self.file_lock(LockKind::Shared)?;
+            self.refresh(&mut cache)?;
+        }
         let Cache {
             state, hw, tree, ..
         } = &mut *cache;

@@ -32,6 +32,16 @@ const MAX_HOPS: usize = 40;
 
 /// Resolves `path` in the tree: the canonical path (links followed) and its node.
 fn resolve<'t>(tree: &'t Tree, path: &str, follow_last: bool) -> Result<(String, &'t Node), i32> {
+    let canon = tree.resolved(path, follow_last, || {
+        walk(tree, path, follow_last).map(|(canon, _)| canon)
+    })?;
+    let node = tree.get(&canon).ok_or(ENOENT)?;
+    Ok((canon, node))
+}
+
+/// Resolves `path` component by component, following links (the last one only with
+/// `follow_last`), as the kernel's path walk does.
+fn walk<'t>(tree: &'t Tree, path: &str, follow_last: bool) -> Result<(String, &'t Node), i32> {
     let mut pending: Vec<String> = path
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")

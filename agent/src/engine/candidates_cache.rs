@@ -1,66 +1,231 @@
 //! What slice types mean on each GPU, kept while nothing changed the host: the candidates for
 //! a type string, and the types one GPU offers.
 //!
-//! Resolving a type string (`resolve::candidates`) reads every GPU's PCI device (dozens of
+//! Resolving a type string (`resolve::resolve`) reads every GPU's PCI device (dozens of
 //! sysfs reads each) and asks NVML for its MIG mode, MIG profiles or vGPU types: on the
 //! simulated DGX A100 that was over half of a placement score's time, and every allocation
 //! and warm-pool pass resolves its type again. The types a GPU offers (`gpu_detail::offered`,
 //! in a GPU's detail, Placement's inventories and every telemetry poll's capacity gauges)
 //! resolve each of its types the same way. The answers change only when the host does, so
-//! they are kept under the inventory's rule (`kept_map`: until the engine changes the host, a
-//! device event or a reconcile, at most 5 s). A kept answer only names candidates: creating a
-//! slice on one still validates and plans it against the host as it is then.
+//! they are kept under the inventory's rule: for at most [`MAX_AGE`], until a change of the
+//! whole host (a device event, a reconcile, a change made under no device's lock), and a
+//! change of one GPU (`host_changes`) makes only that GPU's part be asked again. A kept answer
+//! only names candidates: creating a slice on one still validates and plans it against the
+//! host as it is then.
 //!
 //! Refusals are not kept (they are cheap to find again and name the request's own fault), and
 //! at most [`MAX_KEPT`] answers are, so a client sending many type names grows nothing.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 use ids::PciAddress;
 
 use super::error::Result;
 use super::gpu_detail::offered;
 use super::handle::Engine;
-use super::kept_map::KeptMap;
-use super::model::{SliceKind, SliceSpec};
-use super::resolve::{candidates, check_type};
+use super::host_changes::Since;
+use super::inventory_cache::MAX_AGE;
+use super::model::{DeviceRef, SliceKind, SliceSpec};
+use super::resolve::{Resolved, check_type, kind_on, resolve};
 
 /// The most resolved (type, GPU) requests kept: a host offers a few dozen types.
 pub(crate) const MAX_KEPT: usize = 256;
 
+/// Values kept by key, each with the count of changes it was read after and when it was read
+/// whole.
+#[derive(Debug)]
+pub(crate) struct KeptByCount<K, V> {
+    kept: Mutex<HashMap<K, Kept<V>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Kept<V> {
+    count: u64,
+    at: Instant,
+    value: V,
+}
+
+impl<K, V> Default for KeptByCount<K, V> {
+    fn default() -> Self {
+        Self {
+            kept: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> KeptByCount<K, V> {
+    /// The value kept for `key` with its count and time, if younger than [`MAX_AGE`].
+    fn get(&self, key: &K) -> Option<Kept<V>> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.get(key).filter(|k| k.at.elapsed() < MAX_AGE).cloned()
+    }
+
+    /// Keeps `value`, read after `count` (counted before reading), read whole at `at`. A
+    /// reader that counted before the kept value's count keeps nothing.
+    fn keep(&self, key: K, count: u64, at: Instant, value: V) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.get(&key).is_some_and(|k| k.count > count) {
+            return;
+        }
+        if kept.len() >= MAX_KEPT && !kept.contains_key(&key) {
+            kept.retain(|_, k| k.at.elapsed() < MAX_AGE);
+            if kept.len() >= MAX_KEPT {
+                return;
+            }
+        }
+        kept.insert(key, Kept { count, at, value });
+    }
+}
+
 /// Resolved types by (type string, GPU asked for).
-pub(crate) type CandidatesCache = KeptMap<u64, (String, Option<PciAddress>), Vec<SliceSpec>>;
+pub(crate) type CandidatesCache = KeptByCount<(String, Option<PciAddress>), Resolved>;
 
 /// The types each GPU offers, with the kind each means there.
-pub(crate) type OfferedCache = KeptMap<u64, PciAddress, Vec<(String, SliceKind)>>;
+pub(crate) type OfferedCache = KeptByCount<PciAddress, Vec<(String, SliceKind)>>;
 
 impl Engine {
-    /// [`candidates`], kept while nothing changed the host (see the module documentation).
+    /// The candidates for a type ([`resolve`]), kept while nothing changed the host (see
+    /// the module documentation).
     pub(super) fn kept_candidates(
         &self,
         slice_type: &str,
         only: Option<PciAddress>,
     ) -> Result<Vec<SliceSpec>> {
-        let key = (check_type(slice_type)?.to_owned(), only);
+        let t = check_type(slice_type)?;
+        let key = (t.to_owned(), only);
         // Counted before resolving: a change meanwhile leaves the answer unkept.
-        let epoch = self.host().changes().now();
+        let count = self.host().changes().now();
         let cache = &self.inner.candidates;
-        if let Some(specs) = cache.get(epoch, &key, |_| true) {
-            return Ok(specs);
+        if let Some(k) = cache.get(&key) {
+            if k.count == count {
+                return Ok(k.value.specs);
+            }
+            if let Some(r) = self.re_resolved(t, only, k.count, &k.value) {
+                cache.keep(key, count, k.at, r.clone());
+                return Ok(r.specs);
+            }
         }
-        let specs = candidates(self.host(), slice_type, only)?;
-        cache.keep(epoch, key, specs.clone());
-        Ok(specs)
+        let r = resolve(self.host(), slice_type, only)?;
+        cache.keep(key, count, Instant::now(), r.clone());
+        Ok(r.specs)
+    }
+
+    /// `was` (read after `count`) with the GPUs changed since asked again; `None` when only a
+    /// whole resolution answers the same: the whole host changed, a changed device was not one
+    /// of the GPUs asked, or a GPU asked again does not answer.
+    fn re_resolved(
+        &self,
+        t: &str,
+        only: Option<PciAddress>,
+        count: u64,
+        was: &Resolved,
+    ) -> Option<Resolved> {
+        let devices = match self.host().changes().since(count) {
+            Since::Whole => return None,
+            Since::Nothing => return Some(was.clone()),
+            Since::Devices(devices) => devices,
+        };
+        let mut now = was.clone();
+        for device in devices {
+            let addr = match device {
+                DeviceRef::Pci(addr) if was.gpus.contains(&addr) => addr,
+                DeviceRef::Pci(_) if only.is_some() => continue,
+                _ => return None,
+            };
+            if only.is_some() {
+                // The one GPU asked changed: its refusals are the whole answer's.
+                return None;
+            }
+            let dev = self.host().gpu(addr).ok()?;
+            let kind = kind_on(self.host(), &dev, t).ok()?;
+            replace_spec(&mut now.specs, addr, kind);
+        }
+        // No candidate left: the whole resolution words the refusal.
+        (!now.specs.is_empty()).then_some(now)
     }
 
     /// The types `gpu` offers, as requests name them, with the kind each means there; kept
-    /// while nothing changed the host.
+    /// while nothing changed the GPU (or the whole host).
     pub(crate) fn offered_types(&self, gpu: &inventory::Gpu) -> Vec<(String, SliceKind)> {
-        let epoch = self.host().changes().now();
+        let addr = gpu.pci_address;
+        let count = self.host().changes().now();
         let cache = &self.inner.offered;
-        if let Some(types) = cache.get(epoch, &gpu.pci_address, |_| true) {
-            return types;
+        if let Some(k) = cache.get(&addr) {
+            let changed = (self.host().changes()).changed_since(k.count, &DeviceRef::Pci(addr));
+            if !changed {
+                cache.keep(addr, count, k.at, k.value.clone());
+                return k.value;
+            }
         }
         let types = offered(self, gpu);
-        cache.keep(epoch, gpu.pci_address, types.clone());
+        cache.keep(addr, count, Instant::now(), types.clone());
         types
+    }
+}
+
+/// Puts `gpu`'s candidate (or none) in its place in `specs`: GPUs in address order, then the
+/// virtual mdev parents.
+fn replace_spec(specs: &mut Vec<SliceSpec>, gpu: PciAddress, kind: Option<SliceKind>) {
+    specs.retain(|s| s.gpu.pci() != Some(gpu));
+    if let Some(kind) = kind {
+        let at = specs
+            .iter()
+            .position(|s| s.gpu.pci().is_none_or(|a| a > gpu))
+            .unwrap_or(specs.len());
+        specs.insert(
+            at,
+            SliceSpec {
+                gpu: gpu.into(),
+                kind,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(gpu: &str) -> SliceSpec {
+        SliceSpec {
+            gpu: gpu.parse::<PciAddress>().unwrap().into(),
+            kind: SliceKind::Passthrough,
+        }
+    }
+
+    #[test]
+    fn a_gpu_s_candidate_goes_back_in_address_order_before_the_virtual_parents() {
+        let mtty = SliceSpec {
+            gpu: DeviceRef::MdevParent("mtty".parse().unwrap()),
+            kind: SliceKind::Passthrough,
+        };
+        let mut specs = vec![spec("0000:07:00.0"), spec("0000:bd:00.0"), mtty.clone()];
+        let mid: PciAddress = "0000:0f:00.0".parse().unwrap();
+        replace_spec(&mut specs, mid, Some(SliceKind::Passthrough));
+        assert_eq!(
+            specs,
+            vec![
+                spec("0000:07:00.0"),
+                spec("0000:0f:00.0"),
+                spec("0000:bd:00.0"),
+                mtty.clone()
+            ]
+        );
+        replace_spec(&mut specs, mid, None);
+        assert_eq!(
+            specs.len(),
+            3,
+            "a GPU that no longer offers the type drops out"
+        );
+        let last: PciAddress = "0000:c1:00.0".parse().unwrap();
+        replace_spec(&mut specs, last, Some(SliceKind::Passthrough));
+        assert_eq!(
+            specs[2],
+            spec("0000:c1:00.0"),
+            "after every GPU, before mtty"
+        );
+        assert_eq!(specs[3], mtty);
     }
 }

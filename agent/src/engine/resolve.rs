@@ -165,8 +165,7 @@ pub(crate) fn check_type(t: &str) -> Result<&str> {
     Ok(t)
 }
 
-/// Every (GPU, kind) that can satisfy the type, on `only` or on every GPU.
-/// What a type string means on one GPU the caller has read, as [`candidates`] answers for
+/// What a type string means on one GPU the caller has read, as [`resolve`] answers for
 /// that GPU alone: `None` where it would refuse.
 pub(crate) fn kind_for(host: &TimedHost, dev: &vfio::PciDevice, t: &str) -> Option<SliceKind> {
     let t = check_type(t).ok()?;
@@ -176,11 +175,18 @@ pub(crate) fn kind_for(host: &TimedHost, dev: &vfio::PciDevice, t: &str) -> Opti
     kind_on(host, dev, t).ok().flatten()
 }
 
-pub(crate) fn candidates(
-    host: &TimedHost,
-    t: &str,
-    only: Option<PciAddress>,
-) -> Result<Vec<SliceSpec>> {
+/// A type string's candidates with the GPUs looked at for them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolved {
+    /// The GPUs asked (in address order), offering the type or not.
+    pub(crate) gpus: Vec<PciAddress>,
+    /// Every (GPU, kind) that can satisfy the type: at most one per GPU, in address order, then
+    /// the virtual mdev parents.
+    pub(crate) specs: Vec<SliceSpec>,
+}
+
+/// Every (GPU, kind) that can satisfy the type, on `only` or on every GPU, with the GPUs asked.
+pub(crate) fn resolve(host: &TimedHost, t: &str, only: Option<PciAddress>) -> Result<Resolved> {
     let t = check_type(t)?;
     let devs = match only {
         Some(g) => {
@@ -194,8 +200,8 @@ pub(crate) fn candidates(
     };
     let mut out = Vec::new();
     let mut first_error = None;
-    for dev in devs {
-        match kind_on(host, &dev, t) {
+    for dev in &devs {
+        match kind_on(host, dev, t) {
             Ok(Some(kind)) => out.push(SliceSpec {
                 gpu: dev.address.into(),
                 kind,
@@ -219,5 +225,8 @@ pub(crate) fn candidates(
             "no GPU{on} offers slice type {t:?} (a MIG profile name, an mdev type id, a vGPU type name or id, \"vf\" or \"gpu\")"
         )));
     }
-    Ok(out)
+    Ok(Resolved {
+        gpus: devs.iter().map(|d| d.address).collect(),
+        specs: out,
+    })
 }
