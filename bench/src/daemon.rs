@@ -188,21 +188,63 @@ fn latency(o: &Options) -> anyhow::Result<Value> {
     Ok(Value::Array(rows))
 }
 
+/// The vendor calls that change a device (vgpud's `change` calls): the device operations an
+/// allocation's overhead is counted over.
+const DEVICE_CALLS: [&str; 8] = [
+    "nvmlDeviceSetMigMode",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceDestroy",
+    "nvmlComputeInstanceDestroy",
+    "amdsmi_set_num_vf",
+    "amdsmi_set_gpu_compute_partition",
+    "amdsmi_set_gpu_memory_partition",
+];
+
+/// Seconds the daemon has spent in device-changing vendor calls so far, from its own
+/// `vgpud_vendor_call_duration_seconds` histogram on `/metrics`.
+fn device_call_seconds(conn: &mut Conn) -> anyhow::Result<f64> {
+    let text = conn.request("GET", "/metrics", None, false)?.ok()?.body;
+    let text = String::from_utf8_lossy(&text);
+    let mut total = 0.0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("vgpud_vendor_call_duration_seconds_sum{") else {
+            continue;
+        };
+        let (labels, value) = rest
+            .split_once("} ")
+            .context("a histogram sum without a value")?;
+        if DEVICE_CALLS
+            .iter()
+            .any(|c| labels.contains(&format!("call=\"{c}\"")))
+        {
+            total += value.trim().parse::<f64>().context("a histogram sum")?;
+        }
+    }
+    Ok(total)
+}
+
 /// Allocate → ready (the answer comes once the slice is made and recorded), release, claim the
-/// freed slice, release, destroy it: so every cycle creates one slice.
+/// freed slice, release, destroy it: so every cycle creates one slice. A created allocation's
+/// row is followed by its overhead: the time less what the daemon spent in the device calls it
+/// made (read from `/metrics` after each one, outside the timing; sysfs writes such as an mdev
+/// create are not timed by the daemon and count as overhead).
 fn alloc_cycles(conn: &mut Conn, cycles: usize) -> anyhow::Result<Vec<(&'static str, Vec<f64>)>> {
     let names = [
         "POST /v1/allocations (slice created)",
         "POST /v1/allocations (free slice claimed)",
         "DELETE /v1/allocations/{id} (release)",
         "DELETE /v1/slices/{id} (destroy)",
+        "  created: overhead over device calls",
     ];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for _ in 0..cycles {
         let mut made = Vec::new();
         for claim in [false, true] {
+            let device_before = device_call_seconds(conn)?;
             let (us, a) =
                 timed(|| conn.request("POST", "/v1/allocations", Some(ONE_SLICE), false))?;
+            let device_us = (device_call_seconds(conn)? - device_before) * 1e6;
             let a = a.json()?;
             let sid = a["slices"][0]["id"]
                 .as_str()
@@ -210,6 +252,9 @@ fn alloc_cycles(conn: &mut Conn, cycles: usize) -> anyhow::Result<Vec<(&'static 
                 .to_owned();
             let kind = usize::from(claim && made.contains(&sid));
             times[kind].push(us);
+            if kind == 0 {
+                times[4].push(us - device_us);
+            }
             made.push(sid);
             let aid = a["id"].as_str().context("no allocation id")?;
             let path = format!("/v1/allocations/{aid}");

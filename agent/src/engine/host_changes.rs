@@ -75,11 +75,6 @@ impl HostChanges {
         self.mark(&[]);
     }
 
-    /// These devices changed (a device event about them).
-    pub(crate) fn bump_devices(&self, devices: &[DeviceRef]) {
-        self.mark(devices);
-    }
-
     fn mark(&self, devices: &[DeviceRef]) {
         let mut marks = self.0.marks.lock().unwrap_or_else(PoisonError::into_inner);
         // Counted under the marks' lock, so that a count a reader sees is always marked.
