@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use ids::PciAddress;
 use inventory::HostInventory;
 
 use super::handle::Engine;
@@ -199,6 +200,17 @@ impl Engine {
         )?);
         cache.keep(seen, at, inv.clone());
         Some(inv)
+    }
+
+    /// The GPU as the host shows it now, read again whatever is kept (for a step that must not
+    /// act on a kept view: a change of MIG mode checks that nothing sits on the GPU, and a
+    /// slice someone else made there announces nothing). `None` when the host has no such GPU.
+    pub(super) fn gpu_now(&self, gpu: PciAddress) -> Option<inventory::Gpu> {
+        let access = &self.host().access;
+        let kept = self.kept_inventory();
+        let inv = inventory::refresh(access, &kept, &[gpu], &[])
+            .unwrap_or_else(|| inventory::discover(access));
+        inv.gpus.into_iter().find(|g| g.pci_address == gpu)
     }
 
     /// Reads each known node's free memory (one read per node; a node that cannot be read

@@ -177,13 +177,11 @@ impl Engine {
         }
     }
 
-    /// What the host shows on the GPU, owned or not: mdevs, typed or vfio-bound VFs, GPU
+    /// What the host shows on the GPU now, owned or not: mdevs, typed or vfio-bound VFs, GPU
     /// instances, the GPU on vfio-pci.
     pub(super) fn carried(&self, gpu: PciAddress) -> Vec<String> {
-        self.inventory()
-            .gpus
+        self.gpu_now(gpu)
             .iter()
-            .filter(|g| g.pci_address == gpu)
             .flat_map(|g| &g.slices)
             .map(|s| super::reconcile::describe(gpu, s))
             .collect()
