@@ -272,7 +272,6 @@ impl Service {
     /// the VM planning lock and libvirt before the engine started on it.
     fn allocate_timed(&self, req: AllocationRequest, received: Instant) -> Result<Allocation> {
         let placement_gpus = self.placement_gpus(&req)?;
-        let inventory = self.engine.inventory();
         // CPUs are accounted from the domains' pins: two VMs planned at once would both see
         // the same CPUs free.
         let _planning = self
@@ -281,7 +280,7 @@ impl Service {
             .filter(|_| req.vm.is_some())
             .map(|p| p.serialise());
         let vm = match (&self.pinner, &req.vm) {
-            (Some(p), Some(vm)) => Some(p.prepare(vm, &req.request, &inventory)?),
+            (Some(p), Some(vm)) => Some(p.prepare(vm, &req.request, &self.engine.inventory())?),
             _ => None,
         };
         let scheduling = Scheduling {

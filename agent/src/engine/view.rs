@@ -56,29 +56,34 @@ impl Engine {
 
     /// One slice.
     pub fn slice(&self, id: SliceId) -> Result<Slice> {
-        let d = self.read(Desired::clone);
-        let entry = d.slices.get(&id).cloned().or_else(|| {
-            d.intents.values().find_map(|i| match i {
-                Intent::Create { slice: Some(s), .. } if s.id == id => Some(s.clone()),
-                _ => None,
+        // Only this slice's part of the ledger is copied out (not the whole ledger).
+        let found = self.read(|d| {
+            let entry = d.slices.get(&id).cloned().or_else(|| {
+                d.intents.values().find_map(|i| match i {
+                    Intent::Create { slice: Some(s), .. } if s.id == id => Some(s.clone()),
+                    _ => None,
+                })
+            });
+            entry.map(|s| {
+                let facts = LedgerFacts::of(&s, d);
+                (s, facts)
             })
         });
-        entry
-            .map(|s| self.view(&s, &d))
+        found
+            .map(|(s, facts)| self.view_with(&s, facts))
             .ok_or_else(|| EngineError::NotFound(format!("slice {id}")))
     }
 
     fn view(&self, entry: &OwnedSlice, d: &Desired) -> Slice {
-        let owner = d.holder(entry.id).map(|a| Owner {
-            consumer: a.consumer.clone(),
-            vm: a.vm.clone(),
-            allocation: a.id,
-        });
-        let in_ledger = d.slices.contains_key(&entry.id);
-        let destroying = d
-            .intents
-            .values()
-            .any(|i| matches!(i, Intent::Destroy { slice } if slice.id == entry.id));
+        self.view_with(entry, LedgerFacts::of(entry, d))
+    }
+
+    fn view_with(&self, entry: &OwnedSlice, facts: LedgerFacts) -> Slice {
+        let LedgerFacts {
+            owner,
+            in_ledger,
+            destroying,
+        } = facts;
         let seen = self.seen(entry);
         let (state, handles, mut reason) = match seen.observed {
             _ if !in_ledger => (SliceState::Creating, Handles::default(), None),
@@ -131,5 +136,29 @@ impl Engine {
         };
         cache.keep(epoch, entry, seen.clone());
         seen
+    }
+}
+
+/// What the ledger says of one slice, for its view.
+struct LedgerFacts {
+    owner: Option<Owner>,
+    in_ledger: bool,
+    destroying: bool,
+}
+
+impl LedgerFacts {
+    fn of(entry: &OwnedSlice, d: &Desired) -> Self {
+        Self {
+            owner: d.holder(entry.id).map(|a| Owner {
+                consumer: a.consumer.clone(),
+                vm: a.vm.clone(),
+                allocation: a.id,
+            }),
+            in_ledger: d.slices.contains_key(&entry.id),
+            destroying: d
+                .intents
+                .values()
+                .any(|i| matches!(i, Intent::Destroy { slice } if slice.id == entry.id)),
+        }
     }
 }
