@@ -30,13 +30,16 @@ pub fn refresh(
 ) -> Option<HostInventory> {
     let mut inv = prev.clone();
     if !gpus.is_empty() {
+        let amd_asked = (prev.gpus.iter())
+            .any(|g| g.vendor == crate::model::Vendor::Amd && gpus.contains(&g.pci_address));
         let amd = match &host.amd {
-            Ok((amd, _)) => {
+            // AMD SMI lists every GPU at once: asked only for an AMD GPU that changed.
+            Ok((amd, _)) if amd_asked => {
                 let mut problems = Vec::new();
                 let found = amd_gpus(amd.as_ref(), &mut problems);
                 problems.is_empty().then_some(found)?
             }
-            Err(_) => BTreeMap::new(),
+            _ => BTreeMap::new(),
         };
         for addr in gpus {
             let at = inv.gpus.iter().position(|g| g.pci_address == *addr)?;

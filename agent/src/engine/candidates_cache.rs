@@ -16,8 +16,6 @@
 //! Refusals are not kept (they are cheap to find again and name the request's own fault), and
 //! at most [`MAX_KEPT`] answers are, so a client sending many type names grows nothing.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use ids::PciAddress;
@@ -26,58 +24,12 @@ use super::error::Result;
 use super::gpu_detail::offered;
 use super::handle::Engine;
 use super::host_changes::Since;
-use super::inventory_cache::MAX_AGE;
+use super::kept_map::KeptByCount;
 use super::model::{DeviceRef, SliceKind, SliceSpec};
 use super::resolve::{Resolved, check_type, kind_on, resolve};
 
 /// The most resolved (type, GPU) requests kept: a host offers a few dozen types.
 pub(crate) const MAX_KEPT: usize = 256;
-
-/// Values kept by key, each with the count of changes it was read after and when it was read
-/// whole.
-#[derive(Debug)]
-pub(crate) struct KeptByCount<K, V> {
-    kept: Mutex<HashMap<K, Kept<V>>>,
-}
-
-#[derive(Debug, Clone)]
-struct Kept<V> {
-    count: u64,
-    at: Instant,
-    value: V,
-}
-
-impl<K, V> Default for KeptByCount<K, V> {
-    fn default() -> Self {
-        Self {
-            kept: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl<K: Eq + std::hash::Hash, V: Clone> KeptByCount<K, V> {
-    /// The value kept for `key` with its count and time, if younger than [`MAX_AGE`].
-    fn get(&self, key: &K) -> Option<Kept<V>> {
-        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.get(key).filter(|k| k.at.elapsed() < MAX_AGE).cloned()
-    }
-
-    /// Keeps `value`, read after `count` (counted before reading), read whole at `at`. A
-    /// reader that counted before the kept value's count keeps nothing.
-    fn keep(&self, key: K, count: u64, at: Instant, value: V) {
-        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        if kept.get(&key).is_some_and(|k| k.count > count) {
-            return;
-        }
-        if kept.len() >= MAX_KEPT && !kept.contains_key(&key) {
-            kept.retain(|_, k| k.at.elapsed() < MAX_AGE);
-            if kept.len() >= MAX_KEPT {
-                return;
-            }
-        }
-        kept.insert(key, Kept { count, at, value });
-    }
-}
 
 /// Resolved types by (type string, GPU asked for).
 pub(crate) type CandidatesCache = KeptByCount<(String, Option<PciAddress>), Resolved>;
@@ -127,15 +79,16 @@ impl Engine {
             Since::Nothing => return Some(was.clone()),
             Since::Devices(devices) => devices,
         };
+        if let Some(gpu) = only {
+            // The one GPU asked changed: its refusals are the whole answer's.
+            return (!devices.contains(&DeviceRef::Pci(gpu))).then(|| was.clone());
+        }
         let mut now = was.clone();
         for device in devices {
-            let addr = match device {
-                DeviceRef::Pci(addr) if was.gpus.contains(&addr) => addr,
-                DeviceRef::Pci(_) if only.is_some() => continue,
-                _ => return None,
+            let DeviceRef::Pci(addr) = device else {
+                return None;
             };
-            if only.is_some() {
-                // The one GPU asked changed: its refusals are the whole answer's.
+            if !was.gpus.contains(&addr) {
                 return None;
             }
             let dev = self.host().gpu(addr).ok()?;
@@ -152,12 +105,11 @@ impl Engine {
         let addr = gpu.pci_address;
         let count = self.host().changes().now();
         let cache = &self.inner.offered;
-        if let Some(k) = cache.get(&addr) {
-            let changed = (self.host().changes()).changed_since(k.count, &DeviceRef::Pci(addr));
-            if !changed {
-                cache.keep(addr, count, k.at, k.value.clone());
-                return k.value;
-            }
+        // Kept under the count it was read after: a later change of this GPU shows against it.
+        if let Some(k) = cache.get(&addr)
+            && !(self.host().changes()).changed_since(k.count, &DeviceRef::Pci(addr))
+        {
+            return k.value;
         }
         let types = offered(self, gpu);
         cache.keep(addr, count, Instant::now(), types.clone());

@@ -11,7 +11,7 @@ use ids::PciAddress;
 use inventory::HostAccess;
 use tokio::sync::broadcast;
 
-use super::candidates_cache::{CandidatesCache, OfferedCache};
+use super::candidates_cache::{self, CandidatesCache, OfferedCache};
 use super::demand_mix::LearntMix;
 use super::error::Result;
 use super::events::Event;
@@ -127,8 +127,8 @@ impl Engine {
                 metrics,
                 inventory: InventoryCache::default(),
                 observations: ObservationCache::default(),
-                candidates: CandidatesCache::default(),
-                offered: OfferedCache::default(),
+                candidates: CandidatesCache::with_cap(candidates_cache::MAX_KEPT),
+                offered: OfferedCache::with_cap(candidates_cache::MAX_KEPT),
                 released: Mutex::default(),
                 track_released: std::sync::atomic::AtomicBool::new(false),
                 pool_yields: std::sync::atomic::AtomicUsize::new(0),

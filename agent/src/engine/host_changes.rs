@@ -11,8 +11,8 @@
 //! by a thread that holds devices' locks (every slice operation holds its GPU's) is theirs, for
 //! the engine changes a device only under its lock and what it changes then is the device's own
 //! (its functions, VFs, mdevs, MIG instances, driver binding: `driver_override` and
-//! `drivers_probe` name the device, nothing else is probed). Any other change, a device event
-//! that names no known device and a reconcile count as the whole host.
+//! `drivers_probe` name the device, nothing else is probed). Any other change, a timed-out
+//! vendor call, a GPU reset, a device event and a reconcile count as the whole host.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ use super::model::DeviceRef;
 const MAX_DEVICES: usize = 1024;
 
 thread_local! {
-    /// The devices whose lock this thread holds (`locks::DeviceLocks`): what the thread changes
+    /// The devices whose lock this thread holds (`locks::GpuLocks`): what the thread changes
     /// is theirs. Empty: a change of the whole host.
     static SCOPE: RefCell<Vec<DeviceRef>> = const { RefCell::new(Vec::new()) };
 }

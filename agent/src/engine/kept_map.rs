@@ -5,6 +5,10 @@
 //! A reader counts the changes before it reads the host and keeps what it read under that
 //! count. A larger count, or an age of [`MAX_AGE`], forgets everything kept; a reader that
 //! counted before a change another reader has already seen neither uses nor keeps anything.
+//!
+//! [`KeptByCount`] keeps each value under a count of its own instead, for answers that a change
+//! of one device leaves partly or wholly valid (the kept type candidates and offered types:
+//! the caller asks `host_changes` what changed since a value's count).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -71,6 +75,58 @@ impl<E: Ord + Copy, K: Eq + Hash, V: Clone> KeptMap<E, K, V> {
         if kept.admit(epoch) && (kept.values.len() < self.cap || kept.values.contains_key(&key)) {
             kept.values.insert(key, value);
         }
+    }
+}
+
+/// Values kept by key, each with the count of changes it was read after and when it was read
+/// whole.
+#[derive(Debug)]
+pub(crate) struct KeptByCount<K, V> {
+    kept: Mutex<HashMap<K, Counted<V>>>,
+    /// The most values kept at once; more are read but not kept.
+    cap: usize,
+}
+
+/// A value with the count of changes it was read after and when it was read whole.
+#[derive(Debug, Clone)]
+pub(super) struct Counted<V> {
+    pub(super) count: u64,
+    pub(super) at: Instant,
+    pub(super) value: V,
+}
+
+impl<K, V> KeptByCount<K, V> {
+    /// An empty map that keeps at most `cap` values.
+    pub(super) fn with_cap(cap: usize) -> Self {
+        Self {
+            kept: Mutex::new(HashMap::new()),
+            cap,
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> KeptByCount<K, V> {
+    /// The value kept for `key` with its count and time, if younger than [`MAX_AGE`].
+    pub(super) fn get(&self, key: &K) -> Option<Counted<V>> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.get(key).filter(|k| k.at.elapsed() < MAX_AGE).cloned()
+    }
+
+    /// Keeps `value`, read after `count` (counted before reading), read whole at `at`. A
+    /// reader that counted before the kept value's count keeps nothing; past the cap, nothing
+    /// new is kept.
+    pub(super) fn keep(&self, key: K, count: u64, at: Instant, value: V) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.get(&key).is_some_and(|k| k.count > count) {
+            return;
+        }
+        if kept.len() >= self.cap && !kept.contains_key(&key) {
+            kept.retain(|_, k| k.at.elapsed() < MAX_AGE);
+            if kept.len() >= self.cap {
+                return;
+            }
+        }
+        kept.insert(key, Counted { count, at, value });
     }
 }
 
