@@ -90,6 +90,7 @@ pub fn h200_host() -> Snapshot {
             vendor: Vendor::Nvidia,
             model: "H200".into(),
             healthy: true,
+            unavailable: None,
             utilization_pct: 0,
             memory_mib: 141 * 1024,
             numa_node: Some(NumaNodeId(u16::from(i >= 4))),

@@ -19,6 +19,7 @@ fn host() -> Snapshot {
                 vendor: Vendor::Nvidia,
                 model: "H200".into(),
                 healthy: true,
+                unavailable: None,
                 utilization_pct: i * 3,
                 memory_mib: 141 * 1024,
                 numa_node: Some(NumaNodeId(u16::from(i >= 8))),

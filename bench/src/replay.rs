@@ -353,6 +353,7 @@ impl<'a> Cluster<'a> {
                 vendor: Vendor::Nvidia,
                 model: self.model(i).to_owned(),
                 healthy: true,
+                unavailable: None,
                 utilization_pct: 0,
                 memory_mib: 16 * 1024,
                 numa_node: Some(NumaNodeId(0)),

@@ -321,6 +321,8 @@ fn eligible_gpus(snap: &Snapshot, req: &Request, caps: &[Cap]) -> (Eligible, Vec
     for (i, (gpu, cap)) in snap.gpus.iter().zip(caps).enumerate() {
         let verdict = if !gpu.healthy {
             Err("unhealthy".to_owned())
+        } else if let Some(why) = &gpu.unavailable {
+            Err(why.clone())
         } else if req.vendor.is_some_and(|v| v != gpu.vendor) {
             Err("other vendor".to_owned())
         } else if !req.models.is_empty() && !req.models.contains(&gpu.model) {
@@ -553,7 +555,7 @@ pub(crate) fn evaluate(snap: &Snapshot, req: &Request, policy: &Policy) -> Evalu
         .gpus
         .iter()
         .zip(&host.caps)
-        .filter(|(g, _)| g.healthy)
+        .filter(|(g, _)| g.usable())
         .map(|(g, c)| c.free_units(g))
         .sum();
     let (eligible, excluded) = eligible_gpus(snap, req, &host.caps);

@@ -100,7 +100,7 @@ fn plan_on(
     gi: usize,
 ) -> Option<DefragPlan> {
     let gpu = snap.gpus.get(gi)?;
-    if !gpu.healthy {
+    if !gpu.usable() {
         return None;
     }
     let mut order: Vec<(usize, Occupant, crate::model::SliceChoice)> = slices_of(gpu)

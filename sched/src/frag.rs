@@ -189,7 +189,7 @@ impl<'w> FragModel<'w> {
             .gpus
             .iter()
             .zip(&host.caps)
-            .map(|(g, c)| if g.healthy { c.free_units(g) } else { 0 })
+            .map(|(g, c)| if g.usable() { c.free_units(g) } else { 0 })
             .collect();
         let free_sum: u32 = free.iter().sum();
         if free_sum == 0 {

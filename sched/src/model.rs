@@ -106,6 +106,11 @@ pub struct GpuState {
     pub model: String,
     /// False when the GPU is quarantined (Xid storm, failed reset): never a candidate.
     pub healthy: bool,
+    /// Why this healthy GPU cannot take the request the snapshot was built for (it does not
+    /// offer the asked type, it has no VF left for a new slice); `None` when it can. Such a GPU
+    /// is never a candidate either, and the decision's explanation gives this reason for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
     /// Recent SM utilisation in percent (telemetry, used as a tie-breaker only).
     pub utilization_pct: u8,
     /// Framebuffer size in MiB.
@@ -116,6 +121,13 @@ pub struct GpuState {
     pub nvlink_peers: Vec<PciAddress>,
     /// How the GPU is sliced and what is taken.
     pub mode: GpuMode,
+}
+
+impl GpuState {
+    /// Whether the GPU may take new work at all: healthy and not ruled out for the request.
+    pub fn usable(&self) -> bool {
+        self.healthy && self.unavailable.is_none()
+    }
 }
 
 /// How a GPU is sliced, with the occupancy of that mode.

@@ -227,7 +227,7 @@ impl<'w> WasteModel<'w> {
 
     /// Free and dead capacity of one GPU (nothing for an unhealthy one).
     fn gpu_parts(&mut self, index: usize, gpu: &GpuState, cap: &Cap) -> (u32, u32) {
-        if !gpu.healthy {
+        if !gpu.usable() {
             return (0, 0);
         }
         (cap.free_units(gpu), self.dead(index, gpu, cap))
@@ -366,6 +366,7 @@ mod tests {
             vendor: Vendor::Nvidia,
             model: "T4".into(),
             healthy: true,
+            unavailable: None,
             utilization_pct: 0,
             memory_mib: 16 * 1024,
             numa_node: Some(NumaNodeId(0)),

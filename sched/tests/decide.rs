@@ -14,6 +14,7 @@ fn gpu(i: u8, numa: u16, mode: GpuMode) -> GpuState {
         vendor: Vendor::Nvidia,
         model: "H200".into(),
         healthy: true,
+        unavailable: None,
         utilization_pct: 0,
         memory_mib: 141 * 1024,
         numa_node: Some(NumaNodeId(numa)),
@@ -499,6 +500,25 @@ fn bad_snapshot_is_an_error_not_a_panic() {
         &Policy::default(),
     );
     assert_eq!(r.unwrap_err().error, SchedError::ZeroCount);
+}
+
+#[test]
+fn a_gpu_ruled_out_for_the_request_is_excluded_with_its_reason_not_as_unhealthy() {
+    let mut snap = host(vec![gpu(0, 0, mig(&[])), gpu(1, 0, mig(&[]))]);
+    snap.gpus[0].unavailable = Some("does not offer the requested slice type".into());
+    let d = decide(&snap, &mig_req("1g.18gb"), &Policy::default()).unwrap();
+    assert_eq!(d.placements[0].gpu, addr(1), "{d:?}");
+    assert_eq!(d.explanation.excluded.len(), 1, "{d:?}");
+    assert_eq!(d.explanation.excluded[0].gpu, addr(0));
+    assert_eq!(
+        d.explanation.excluded[0].reason,
+        "does not offer the requested slice type"
+    );
+    // Its free room is not the host's either (as for an unhealthy GPU).
+    let mut only = snap.clone();
+    only.gpus.truncate(1);
+    let r = decide(&only, &mig_req("1g.18gb"), &Policy::default()).unwrap_err();
+    assert_eq!(r.error, SchedError::NoCapacity, "{r:?}");
 }
 
 /// A MIG GPU whose instances' holders are `age_s` seconds old.

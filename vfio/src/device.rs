@@ -74,9 +74,7 @@ impl PciDevice {
     /// A display controller (VGA `0x0300xx`, 3D `0x0302xx`), or a processing accelerator
     /// (`0x1200xx`) from AMD or NVIDIA, which is how Instinct and some data-centre GPUs show up.
     pub fn is_gpu(&self) -> bool {
-        let class = self.class >> 8;
-        let vendor_accel = matches!(self.vendor, PciVendorId::AMD | PciVendorId::NVIDIA);
-        matches!(class, 0x0300 | 0x0302) || (class == 0x1200 && vendor_accel)
+        is_gpu_class(self.vendor, self.class)
     }
     /// An SR-IOV virtual function (it has a `physfn` link).
     pub fn is_vf(&self) -> bool {
@@ -158,6 +156,48 @@ pub fn read_device(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciDevice, VfioEr
     Ok(dev)
 }
 
+/// What a function is, read with four attributes instead of the whole device (a step that only
+/// checks what it is handed, again and again, needs no more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PciIdentity {
+    /// The function.
+    pub address: PciAddress,
+    /// `vendor`.
+    pub vendor: PciVendorId,
+    /// `class`.
+    pub class: u32,
+    /// Whether it is an SR-IOV virtual function (it has a `physfn` link).
+    pub is_vf: bool,
+    /// Whether it can have VFs (it has `sriov_totalvfs`).
+    pub sriov_capable: bool,
+}
+
+impl PciIdentity {
+    /// As [`PciDevice::is_gpu`].
+    pub fn is_gpu(&self) -> bool {
+        is_gpu_class(self.vendor, self.class)
+    }
+}
+
+/// Reads what the function is ([`PciIdentity`]); `DeviceNotFound` when it is not present.
+pub fn read_identity(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciIdentity, VfioError> {
+    let dir = device_dir(addr);
+    if !fs.exists(&dir) {
+        return Err(VfioError::DeviceNotFound(addr));
+    }
+    let essential = |source| VfioError::Device {
+        address: addr,
+        source,
+    };
+    Ok(PciIdentity {
+        address: addr,
+        vendor: fs.read_parse(&dir.join("vendor")).map_err(essential)?,
+        class: read_class(fs, &dir.join("class")).map_err(essential)?,
+        is_vf: fs.exists(&dir.join("physfn")),
+        sriov_capable: fs.exists(&dir.join("sriov_totalvfs")),
+    })
+}
+
 /// Whether `/sys/bus/pci/devices/<bdf>` exists (a VF that is not enabled has none).
 pub fn device_exists(fs: &dyn Sysfs, addr: PciAddress) -> bool {
     fs.exists(&device_dir(addr))
@@ -178,6 +218,13 @@ pub fn device_class(fs: &dyn Sysfs, addr: PciAddress) -> Result<u32, VfioError> 
 /// unbound.
 pub fn bound_driver(fs: &dyn Sysfs, addr: PciAddress) -> Result<Option<String>, VfioError> {
     Ok(fs.link_name_opt(&device_dir(addr).join("driver"))?)
+}
+
+/// A VGA or 3D controller, or an AMD or NVIDIA processing accelerator.
+fn is_gpu_class(vendor: PciVendorId, class: u32) -> bool {
+    let class = class >> 8;
+    let vendor_accel = matches!(vendor, PciVendorId::AMD | PciVendorId::NVIDIA);
+    matches!(class, 0x0300 | 0x0302) || (class == 0x1200 && vendor_accel)
 }
 
 fn read_class(fs: &dyn Sysfs, path: &Path) -> Result<u32, SysfsError> {

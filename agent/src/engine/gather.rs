@@ -190,9 +190,14 @@ impl Engine {
                 snapshot::remove_marked(&mut trial, f.gpu, &f.marker());
             }
             for g in &mut trial.gpus {
-                // A GPU out of VFs for new slices can still hand out a free one (it has its VF).
-                g.healthy = (g.healthy || view.out_of_vfs(g.address))
-                    && usable.iter().any(|f| f.gpu == g.address);
+                // A GPU out of VFs for new slices can still hand out a free one (it has its VF);
+                // a quarantined one cannot.
+                if view.out_of_vfs(g.address) {
+                    g.unavailable = None;
+                }
+                if !usable.iter().any(|f| f.gpu == g.address) {
+                    g.unavailable = Some("no free slice of the type".to_owned());
+                }
             }
             let decision = timed_decide(&trial, req, &scheduling.policy).ok()?;
             let chosen = decision.placements.first()?;

@@ -73,7 +73,7 @@ pub(crate) struct SchedView {
     pub ask: Option<sched::SliceRequest>,
     /// Free VFs of the candidate GPUs when each new slice needs one the scheduler's mode does
     /// not count (a MIG-backed vGPU, asked as a GPU instance); a GPU with none is left out
-    /// (`healthy: false`).
+    /// (`unavailable`).
     vf_room: HashMap<PciAddress, u32>,
 }
 
@@ -122,9 +122,14 @@ impl SchedView {
     fn set_vf_room(&mut self, gpu: PciAddress, room: u32) {
         self.vf_room.insert(gpu, room);
         if let Some(g) = self.snap.gpus.iter_mut().find(|g| g.address == gpu) {
-            g.healthy = room > 0;
+            g.unavailable = no_free_vf(room);
         }
     }
+}
+
+/// The reason a candidate GPU with `room` free VFs cannot take a new slice, if it cannot.
+fn no_free_vf(room: u32) -> Option<String> {
+    (room == 0).then(|| "no free VF for a new slice".to_owned())
 }
 
 /// What the engine's state says about the host's slices.
@@ -230,16 +235,15 @@ pub(crate) fn build(
     let mut gpus = Vec::new();
     let mut vf_room = HashMap::new();
     for g in &inv.gpus {
-        let candidate = asked.as_ref().map(|a| a.takes(g));
-        let backend = match (&asked, candidate) {
-            (Some(a), Some(true)) => a.mode,
+        let mut unavailable = asked.as_ref().and_then(|a| a.refusal(g));
+        let backend = match (&asked, &unavailable) {
+            (Some(a), None) => a.mode,
             _ => main_mode(g),
         };
-        let mut healthy = candidate != Some(false);
-        if candidate == Some(true) && asked.as_ref().is_some_and(|a| a.mig_backed.is_some()) {
+        if unavailable.is_none() && asked.as_ref().is_some_and(|a| a.mig_backed.is_some()) {
             let room = free_vfs(g, own);
             vf_room.insert(g.pci_address, room);
-            healthy = room > 0;
+            unavailable = no_free_vf(room);
         }
         let mode = mode_of(g, backend, own, &mut free);
         gpus.push(GpuState {
@@ -250,7 +254,8 @@ pub(crate) fn build(
                 _ => sched::Vendor::Other,
             },
             model: g.model.clone(),
-            healthy,
+            healthy: true,
+            unavailable,
             utilization_pct: 0,
             memory_mib: g.memory_mib.unwrap_or(0),
             numa_node: g.numa_node,
@@ -312,13 +317,14 @@ impl<'a> Asked<'a> {
         })
     }
 
-    /// Whether the GPU is a candidate the scheduler may choose.
-    fn takes(&self, g: &inventory::Gpu) -> bool {
-        self.specs.iter().any(|s| s.gpu == g.pci_address)
-            && self
-                .mig_backed
-                .as_ref()
-                .is_none_or(|(ty, profile)| mig_backed_profile(g, *ty).as_ref() == Some(profile))
+    /// Why the GPU is not a candidate the scheduler may choose; `None` when it is.
+    fn refusal(&self, g: &inventory::Gpu) -> Option<String> {
+        if !self.specs.iter().any(|s| s.gpu == g.pci_address) {
+            return Some("does not offer the requested slice type".to_owned());
+        }
+        let (ty, profile) = self.mig_backed.as_ref()?;
+        (mig_backed_profile(g, *ty).as_ref() != Some(profile))
+            .then(|| format!("vGPU type {ty} needs MIG on with GPU-instance profile {profile}"))
     }
 }
 
@@ -671,8 +677,12 @@ mod tests {
             view.snap.gpus[0].mode,
             GpuMode::Whole { owner: None }
         ));
-        assert!(view.snap.gpus[0].healthy);
-        assert!(!view.snap.gpus[1].healthy);
+        assert!(view.snap.gpus[0].usable());
+        assert_eq!(
+            view.snap.gpus[1].unavailable.as_deref(),
+            Some("does not offer the requested slice type")
+        );
+        assert!(view.snap.gpus[1].healthy, "left out, not unhealthy");
     }
 
     #[test]
@@ -705,9 +715,14 @@ mod tests {
         );
         let (with_mig, without): (Vec<_>, Vec<_>) =
             view.snap.gpus.iter().partition(|g| g.address == on);
-        assert!(matches!(with_mig[0].mode, GpuMode::Mig { .. }) && with_mig[0].healthy);
-        // MIG off: no GPU instance for the type, left out.
-        assert!(without.iter().all(|g| !g.healthy), "{without:?}");
+        assert!(matches!(with_mig[0].mode, GpuMode::Mig { .. }) && with_mig[0].usable());
+        // MIG off: no GPU instance for the type, left out with that reason.
+        assert!(
+            without.iter().all(|g| g.healthy
+                && g.unavailable.as_deref()
+                    == Some("vGPU type 1414 needs MIG on with GPU-instance profile 1g.18gb")),
+            "{without:?}"
+        );
         assert!(!view.out_of_vfs(on));
     }
 

@@ -176,6 +176,23 @@ impl TimedHost {
         Ok(dev)
     }
 
+    /// What [`TimedHost::gpu`] checks, from four attributes instead of the whole PCI device:
+    /// for a step that only needs to know what the device is (each MIG step asks).
+    pub(crate) fn gpu_identity(&self, addr: PciAddress) -> Result<vfio::PciIdentity> {
+        let id = vfio::read_identity(self.fs(), addr).map_err(|e| match e {
+            vfio::VfioError::DeviceNotFound(_) => {
+                EngineError::NotFound(format!("GPU {addr} is not present"))
+            }
+            e => EngineError::from_vfio(format!("cannot read PCI device {addr}"), e),
+        })?;
+        if id.is_vf || !(id.is_gpu() || id.sriov_capable) {
+            return Err(EngineError::InvalidRequest(format!(
+                "{addr} is not a GPU or an SR-IOV physical function"
+            )));
+        }
+        Ok(id)
+    }
+
     /// The GPU's VFs as `(index, address)`, in index order; empty without SR-IOV.
     pub(crate) fn vfs(&self, gpu: PciAddress) -> Result<Vec<(u32, PciAddress)>> {
         let dev = self.pci(gpu)?;

@@ -49,6 +49,7 @@ pub(crate) fn choose_mig_start_scheduled(
             vendor: sched::Vendor::Nvidia,
             model: String::new(),
             healthy: true,
+            unavailable: None,
             utilization_pct: 0,
             memory_mib: 0,
             numa_node: None,

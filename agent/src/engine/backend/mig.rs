@@ -3,7 +3,7 @@
 //! fragmentation-aware.
 
 use gpu::{GpuInstance, GpuInstanceProfile, Nvml, Placement};
-use ids::{MigProfileName, PciAddress};
+use ids::{MigProfileName, PciAddress, PciVendorId};
 
 use super::choose::{choose_mig_start, choose_mig_start_scheduled, overlaps};
 use super::{Backend, Observed, wrong_identity};
@@ -16,13 +16,17 @@ pub(crate) struct MigBackend;
 
 /// NVML, the GPU's index, and a check that MIG is on.
 pub(super) fn mig_gpu(host: &TimedHost, gpu: PciAddress) -> Result<(&dyn Nvml, u32)> {
-    mig_gpu_on(host, &host.gpu(gpu)?)
+    mig_gpu_of(host, gpu, host.gpu_identity(gpu)?.vendor)
 }
 
 /// [`mig_gpu`] for a GPU the caller has just read (a PCI device read is dozens of sysfs reads).
 fn mig_gpu_on<'h>(host: &'h TimedHost, dev: &vfio::PciDevice) -> Result<(&'h dyn Nvml, u32)> {
-    let gpu = dev.address;
-    if !TimedHost::is_nvidia(dev) {
+    mig_gpu_of(host, dev.address, dev.vendor)
+}
+
+/// [`mig_gpu`] for a GPU whose vendor the caller has read.
+fn mig_gpu_of(host: &TimedHost, gpu: PciAddress, vendor: PciVendorId) -> Result<(&dyn Nvml, u32)> {
+    if vendor != PciVendorId::NVIDIA {
         return Err(EngineError::Unsupported(format!(
             "GPU {gpu} is not an NVIDIA GPU"
         )));
@@ -54,15 +58,16 @@ pub(crate) fn profile_by_name(
     profile_by_name_on(host, &host.gpu(gpu)?, name)
 }
 
-/// [`profile_by_name`] and [`mig_gpu`] together, reading the GPU's PCI device once.
+/// [`profile_by_name`] and [`mig_gpu`] together, reading only what the GPU is (validate,
+/// plan, realize and observe each ask again; its whole PCI device is dozens of sysfs reads).
 pub(super) fn profile_on_mig_gpu<'h>(
     host: &'h TimedHost,
     gpu: PciAddress,
     name: &MigProfileName,
 ) -> Result<(GpuInstanceProfile, &'h dyn Nvml, u32)> {
-    let dev = host.gpu(gpu)?;
-    let profile = profile_by_name_on(host, &dev, name)?;
-    let (nvml, index) = mig_gpu_on(host, &dev)?;
+    let vendor = host.gpu_identity(gpu)?.vendor;
+    let (nvml, index) = mig_gpu_of(host, gpu, vendor)?;
+    let profile = profile_named(host, gpu, nvml, index, name)?;
     Ok((profile, nvml, index))
 }
 
@@ -72,8 +77,18 @@ pub(crate) fn profile_by_name_on(
     dev: &vfio::PciDevice,
     name: &MigProfileName,
 ) -> Result<GpuInstanceProfile> {
-    let gpu = dev.address;
     let (nvml, index) = mig_gpu_on(host, dev)?;
+    profile_named(host, dev.address, nvml, index, name)
+}
+
+/// The GPU-instance profile `name` among those NVML lists for the GPU at `index`.
+fn profile_named(
+    host: &TimedHost,
+    gpu: PciAddress,
+    nvml: &dyn Nvml,
+    index: u32,
+    name: &MigProfileName,
+) -> Result<GpuInstanceProfile> {
     let profiles = nvml
         .gpu_instance_profiles(index)
         .map_err(|e| host.nvml_err(format!("cannot list MIG profiles of {gpu}"), gpu, e))?;
