@@ -76,6 +76,18 @@ impl PciDevice {
     pub fn is_gpu(&self) -> bool {
         is_gpu_class(self.vendor, self.class)
     }
+    /// What [`read_identity`] reads of it, from what was read.
+    pub fn identity(&self) -> PciIdentity {
+        PciIdentity {
+            address: self.address,
+            vendor: self.vendor,
+            class: self.class,
+            is_vf: self.is_vf(),
+            sriov_capable: self.sriov.is_some(),
+            driver: self.driver.clone(),
+            iommu_group: self.iommu_group,
+        }
+    }
     /// An SR-IOV virtual function (it has a `physfn` link).
     pub fn is_vf(&self) -> bool {
         self.physfn.is_some()
@@ -156,9 +168,9 @@ pub fn read_device(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciDevice, VfioEr
     Ok(dev)
 }
 
-/// What a function is, read with four attributes instead of the whole device (a step that only
-/// checks what it is handed, again and again, needs no more).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a function is, which driver has it and its IOMMU group, read with six attributes instead
+/// of the whole device (a step that only checks what it is handed, again and again, needs no more).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PciIdentity {
     /// The function.
     pub address: PciAddress,
@@ -170,6 +182,10 @@ pub struct PciIdentity {
     pub is_vf: bool,
     /// Whether it can have VFs (it has `sriov_totalvfs`).
     pub sriov_capable: bool,
+    /// The bound driver's name (the `driver` link), `None` when unbound.
+    pub driver: Option<String>,
+    /// The IOMMU group (the `iommu_group` link), `None` without an IOMMU or when unreadable.
+    pub iommu_group: Option<IommuGroupId>,
 }
 
 impl PciIdentity {
@@ -195,7 +211,25 @@ pub fn read_identity(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciIdentity, Vf
         class: read_class(fs, &dir.join("class")).map_err(essential)?,
         is_vf: fs.exists(&dir.join("physfn")),
         sriov_capable: fs.exists(&dir.join("sriov_totalvfs")),
+        driver: fs.link_name_opt(&dir.join("driver")).map_err(essential)?,
+        iommu_group: Reader {
+            fs,
+            dir: dir.clone(),
+            problems: Vec::new(),
+        }
+        .link_parsed("iommu_group"),
     })
+}
+
+/// The function's NUMA node as [`read_device`] finds it (its own `numa_node`, else the nearest
+/// bridge's), without reading the rest; `None` where neither says or the function is gone.
+pub fn numa_node(fs: &dyn Sysfs, addr: PciAddress) -> Option<NumaNodeId> {
+    let mut r = Reader {
+        fs,
+        dir: device_dir(addr),
+        problems: Vec::new(),
+    };
+    read_numa(&mut r).0
 }
 
 /// Whether `/sys/bus/pci/devices/<bdf>` exists (a VF that is not enabled has none).

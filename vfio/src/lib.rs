@@ -28,7 +28,7 @@ pub use command::{
 };
 pub use device::{
     NumaSource, PciDevice, PciIdentity, PcieLink, bound_driver, device_class, device_exists,
-    is_virtual_function, list_devices, read_device, read_identity,
+    is_virtual_function, list_devices, numa_node, read_device, read_identity,
 };
 pub use iommu::{GroupViability, IommuGroup, group_viability, iommu_group, vfio_node_present};
 pub use nvidia::{

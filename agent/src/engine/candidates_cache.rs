@@ -91,7 +91,7 @@ impl Engine {
             if !was.gpus.contains(&addr) {
                 return None;
             }
-            let dev = self.host().gpu(addr).ok()?;
+            let dev = self.host().gpu_identity(addr).ok()?;
             let kind = kind_on(self.host(), &dev, t).ok()?;
             replace_spec(&mut now.specs, addr, kind);
         }

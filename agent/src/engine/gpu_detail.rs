@@ -36,7 +36,7 @@ pub(super) fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, Slice
     names.push("vf".into());
     names.push("gpu".into());
     // Read once for every name: a PCI device read is dozens of sysfs reads.
-    let Ok(dev) = engine.host().gpu(g.pci_address) else {
+    let Ok(dev) = engine.host().gpu_identity(g.pci_address) else {
         return Vec::new();
     };
     names

@@ -503,7 +503,9 @@ impl Engine {
             };
             let mut want: Vec<(SliceKind, u32, &str)> = Vec::new();
             for e in &layout.slices {
-                if let Some(kind) = layout_kind_on(self.host(), &dev, e.slice_type.trim())? {
+                if let Some(kind) =
+                    layout_kind_on(self.host(), &dev.identity(), e.slice_type.trim())?
+                {
                     want.push((kind, e.count, e.slice_type.as_str()));
                 }
             }

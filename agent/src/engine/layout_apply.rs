@@ -139,7 +139,7 @@ impl Engine {
                 }
                 let mut kinds = Vec::new();
                 for e in &l.slices {
-                    match layout_kind_on(self.host(), &dev, e.slice_type.trim())? {
+                    match layout_kind_on(self.host(), &dev.identity(), e.slice_type.trim())? {
                         Some(kind) if e.count > 0 => kinds.push(kind),
                         Some(_) => {}
                         None => {
@@ -205,7 +205,7 @@ impl Engine {
         let mut failed = Vec::new();
         let mut want: Vec<(SliceKind, u32)> = Vec::new();
         for e in &layout.slices {
-            match layout_kind_on(self.host(), dev, e.slice_type.trim()) {
+            match layout_kind_on(self.host(), &dev.identity(), e.slice_type.trim()) {
                 Ok(Some(kind)) => want.push((kind, e.count)),
                 Ok(None) => failed.push(format!("GPU {gpu} does not offer {:?}", e.slice_type)),
                 Err(e) => failed.push(chain(&e)),

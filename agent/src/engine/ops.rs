@@ -89,9 +89,9 @@ impl Engine {
         }
         // A virtual mdev parent is no PCI device: the mdev backend's validation finds it.
         if spec.gpu.pci().is_some() || spec.kind.backend() != BackendKind::Mdev {
-            let dev = self.host().gpu(spec.pci()?)?;
+            let gpu = self.host().gpu_identity(spec.pci()?)?;
             if spec.kind.backend() != BackendKind::Passthrough {
-                backend::refuse_if_passed_through(&dev)?;
+                backend::refuse_if_passed_through(gpu.address, gpu.driver.as_deref())?;
             }
         }
         let be = backend::for_new(self.host(), spec)?;

@@ -10,18 +10,28 @@ use super::timed_host::TimedHost;
 /// The host's GPUs (physical functions), in address order. VFs are skipped by their `physfn`
 /// link before anything else is read, so a host with hundreds of VFs stays cheap to list.
 pub(crate) fn gpus(host: &TimedHost) -> Result<Vec<vfio::PciDevice>> {
+    Ok(gpu_addresses(host)?
+        .into_iter()
+        .filter_map(|addr| host.gpu(addr).ok())
+        .collect())
+}
+
+/// [`gpus`], reading only what each one is.
+fn gpu_identities(host: &TimedHost) -> Result<Vec<vfio::PciIdentity>> {
+    Ok(gpu_addresses(host)?
+        .into_iter()
+        .filter_map(|addr| host.gpu_identity(addr).ok())
+        .collect())
+}
+
+/// The functions that may be GPUs (not VFs, a GPU's class code), in address order.
+fn gpu_addresses(host: &TimedHost) -> Result<Vec<PciAddress>> {
     let (addrs, _) = vfio::list_devices(host.fs())
         .map_err(|e| EngineError::from_vfio("cannot list PCI devices", e))?;
-    let mut out = Vec::new();
-    for addr in addrs {
-        if vfio::is_virtual_function(host.fs(), addr) || !looks_like_gpu(host, addr) {
-            continue;
-        }
-        if let Ok(dev) = host.gpu(addr) {
-            out.push(dev);
-        }
-    }
-    Ok(out)
+    Ok(addrs
+        .into_iter()
+        .filter(|&addr| !vfio::is_virtual_function(host.fs(), addr) && looks_like_gpu(host, addr))
+        .collect())
 }
 
 /// A VGA or 3D controller or a processing accelerator, by its class code alone (any vendor: the
@@ -34,14 +44,14 @@ fn looks_like_gpu(host: &TimedHost, addr: PciAddress) -> bool {
 /// The kind a type string means on one GPU, `None` when the GPU does not offer it.
 pub(crate) fn kind_on(
     host: &TimedHost,
-    dev: &vfio::PciDevice,
+    dev: &vfio::PciIdentity,
     t: &str,
 ) -> Result<Option<SliceKind>> {
     let gpu = dev.address;
     let nvidia = dev.vendor == PciVendorId::NVIDIA;
     match t {
         "gpu" => return Ok(dev.iommu_group.map(|_| SliceKind::Passthrough)),
-        "vf" => return Ok((dev.sriov.is_some() && !nvidia).then_some(SliceKind::SriovVf)),
+        "vf" => return Ok((dev.sriov_capable && !nvidia).then_some(SliceKind::SriovVf)),
         _ => {}
     }
     if nvidia && let Ok(profile) = t.parse::<MigProfileName>() {
@@ -61,7 +71,7 @@ pub(crate) fn kind_on(
     {
         return Ok(Some(SliceKind::Mdev { type_id }));
     }
-    if nvidia && dev.sriov.is_some() {
+    if nvidia && dev.sriov_capable {
         return vgpu_type(host, gpu, t);
     }
     Ok(None)
@@ -72,7 +82,7 @@ pub(crate) fn kind_on(
 /// profile is checked when the slice is made (NVML lists profiles only with MIG on).
 pub(crate) fn layout_kind_on(
     host: &TimedHost,
-    dev: &vfio::PciDevice,
+    dev: &vfio::PciIdentity,
     t: &str,
 ) -> Result<Option<SliceKind>> {
     if let Some(kind) = kind_on(host, dev, t)? {
@@ -167,9 +177,9 @@ pub(crate) fn check_type(t: &str) -> Result<&str> {
 
 /// What a type string means on one GPU the caller has read, as [`resolve`] answers for
 /// that GPU alone: `None` where it would refuse.
-pub(crate) fn kind_for(host: &TimedHost, dev: &vfio::PciDevice, t: &str) -> Option<SliceKind> {
+pub(crate) fn kind_for(host: &TimedHost, dev: &vfio::PciIdentity, t: &str) -> Option<SliceKind> {
     let t = check_type(t).ok()?;
-    if t != "gpu" && refuse_if_passed_through(dev).is_err() {
+    if t != "gpu" && refuse_if_passed_through(dev.address, dev.driver.as_deref()).is_err() {
         return None;
     }
     kind_on(host, dev, t).ok().flatten()
@@ -190,13 +200,13 @@ pub(crate) fn resolve(host: &TimedHost, t: &str, only: Option<PciAddress>) -> Re
     let t = check_type(t)?;
     let devs = match only {
         Some(g) => {
-            let dev = host.gpu(g)?;
+            let dev = host.gpu_identity(g)?;
             if t != "gpu" {
-                refuse_if_passed_through(&dev)?;
+                refuse_if_passed_through(dev.address, dev.driver.as_deref())?;
             }
             vec![dev]
         }
-        None => gpus(host)?,
+        None => gpu_identities(host)?,
     };
     let mut out = Vec::new();
     let mut first_error = None;

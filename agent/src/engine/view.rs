@@ -127,9 +127,7 @@ impl Engine {
         let observed = backend::of_slice(&entry.spec, &entry.identity)
             .observe(host, &entry.spec, &entry.identity)
             .map_err(|e| chain(&e));
-        let numa_node = (entry.spec.gpu.pci())
-            .and_then(|a| host.pci(a).ok())
-            .and_then(|p| p.numa_node);
+        let numa_node = (entry.spec.gpu.pci()).and_then(|a| vfio::numa_node(host.fs(), a));
         let seen = Seen {
             observed,
             numa_node,

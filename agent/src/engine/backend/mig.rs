@@ -19,11 +19,6 @@ pub(super) fn mig_gpu(host: &TimedHost, gpu: PciAddress) -> Result<(&dyn Nvml, u
     mig_gpu_of(host, gpu, host.gpu_identity(gpu)?.vendor)
 }
 
-/// [`mig_gpu`] for a GPU the caller has just read (a PCI device read is dozens of sysfs reads).
-fn mig_gpu_on<'h>(host: &'h TimedHost, dev: &vfio::PciDevice) -> Result<(&'h dyn Nvml, u32)> {
-    mig_gpu_of(host, dev.address, dev.vendor)
-}
-
 /// [`mig_gpu`] for a GPU whose vendor the caller has read.
 fn mig_gpu_of(host: &TimedHost, gpu: PciAddress, vendor: PciVendorId) -> Result<(&dyn Nvml, u32)> {
     if vendor != PciVendorId::NVIDIA {
@@ -55,7 +50,7 @@ pub(crate) fn profile_by_name(
     gpu: PciAddress,
     name: &MigProfileName,
 ) -> Result<GpuInstanceProfile> {
-    profile_by_name_on(host, &host.gpu(gpu)?, name)
+    profile_by_name_on(host, &host.gpu_identity(gpu)?, name)
 }
 
 /// [`profile_by_name`] and [`mig_gpu`] together, reading only what the GPU is (validate,
@@ -74,11 +69,11 @@ pub(super) fn profile_on_mig_gpu<'h>(
 /// [`profile_by_name`] on a GPU the caller has just read.
 pub(crate) fn profile_by_name_on(
     host: &TimedHost,
-    dev: &vfio::PciDevice,
+    gpu: &vfio::PciIdentity,
     name: &MigProfileName,
 ) -> Result<GpuInstanceProfile> {
-    let (nvml, index) = mig_gpu_on(host, dev)?;
-    profile_named(host, dev.address, nvml, index, name)
+    let (nvml, index) = mig_gpu_of(host, gpu.address, gpu.vendor)?;
+    profile_named(host, gpu.address, nvml, index, name)
 }
 
 /// The GPU-instance profile `name` among those NVML lists for the GPU at `index`.
