@@ -319,3 +319,33 @@ fn device_serialises() {
         gpu
     );
 }
+
+#[test]
+fn the_light_reads_agree_with_the_whole_device() {
+    let host = Host::two_socket();
+    let vf_addrs = ["0000:41:00.4", "0000:41:00.5"];
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.0",
+        "0x10de",
+        "0x2335",
+        "0x030200",
+    )
+    .sriov(16, &vf_addrs);
+    let fs = host.fs();
+    let (addrs, _) = list_devices(&fs).unwrap();
+    assert!(addrs.len() >= 4, "{addrs:?}");
+    for a in addrs {
+        let dev = read_device(&fs, a).unwrap();
+        assert_eq!(vfio::read_identity(&fs, a).unwrap(), dev.identity(), "{a}");
+        assert_eq!(vfio::numa_node(&fs, a), dev.numa_node, "{a}");
+    }
+    let pf = vfio::read_identity(&fs, addr("0000:41:00.0")).unwrap();
+    assert!(pf.sriov_capable && !pf.is_vf && pf.is_gpu());
+    assert_eq!(pf.driver.as_deref(), Some("nvidia"));
+    assert!(vfio::read_identity(&fs, addr("0000:41:00.4")).unwrap().is_vf);
+    assert!(matches!(
+        vfio::read_identity(&fs, addr("0000:99:00.0")),
+        Err(VfioError::DeviceNotFound(_))
+    ));
+    assert_eq!(vfio::numa_node(&fs, addr("0000:99:00.0")), None);
+}
