@@ -286,6 +286,18 @@ impl SimNvml {
         Self::answer(calls, self.host.store().write(f))
     }
 
+    /// [`Self::act`] for a change of MIG GPU and compute instances alone
+    /// ([`crate::store::Store::write_instances`]).
+    fn act_on_instances<T>(
+        &self,
+        calls: &'static [&'static str],
+        index: u32,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
+    ) -> NvmlResult<T> {
+        self.fault(calls, Some(index))?;
+        Self::answer(calls, self.host.store().write_instances(f))
+    }
+
     /// [`Self::act`] for a change sysfs does not show (the telemetry walk's step).
     fn act_volatile<T>(
         &self,
@@ -445,7 +457,7 @@ impl Nvml for SimNvml {
         placement: Placement,
     ) -> NvmlResult<GpuInstance> {
         crate::latency::pause(crate::latency::DeviceOp::GiCreate);
-        self.act(calls::CREATE_GI, index, |st, hw| {
+        self.act_on_instances(calls::CREATE_GI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             let p = mig_on(st, &g)?
@@ -464,7 +476,7 @@ impl Nvml for SimNvml {
 
     fn destroy_gpu_instance(&self, index: u32, gpu_instance_id: u32) -> NvmlResult<()> {
         crate::latency::pause(crate::latency::DeviceOp::GiDestroy);
-        self.act(calls::DESTROY_GI, index, |st, hw| {
+        self.act_on_instances(calls::DESTROY_GI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             mig_on(st, &g)?;
@@ -526,7 +538,7 @@ impl Nvml for SimNvml {
         profile_id: u32,
     ) -> NvmlResult<ComputeInstance> {
         crate::latency::pause(crate::latency::DeviceOp::CiCreate);
-        self.act(calls::CREATE_CI, index, |st, hw| {
+        self.act_on_instances(calls::CREATE_CI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             mig_on(st, &g)?;
@@ -557,7 +569,7 @@ impl Nvml for SimNvml {
         compute_instance_id: u32,
     ) -> NvmlResult<()> {
         crate::latency::pause(crate::latency::DeviceOp::CiDestroy);
-        self.act(calls::DESTROY_CI, index, |st, hw| {
+        self.act_on_instances(calls::DESTROY_CI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             mig_on(st, &g)?;

@@ -288,6 +288,20 @@ impl Store {
         self.change(Change::Volatile, f)
     }
 
+    /// [`Store::write`] for a change of MIG GPU and compute instances alone (NVML's instance
+    /// calls): the kernel announces none (NVML makes them through the driver's device files, not
+    /// the device model, so no uevent), sysfs shows them only in what
+    /// [`tree::instances_shown`] covers, so the rendered tree is kept when that is unchanged,
+    /// and the state file is replaced without a sync: instances do not outlive the driver
+    /// (a reboot clears them, `State::boot`; NVIDIA's MIG user guide has them re-created after
+    /// each boot), so a power loss that loses the last one loses nothing the host would keep.
+    pub(crate) fn write_instances<T, E>(
+        &self,
+        f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
+    ) -> Result<Result<T, E>, SimError> {
+        self.change(Change::Instances, f)
+    }
+
     fn change<T, E>(
         &self,
         kind: Change,
@@ -305,9 +319,20 @@ impl Store {
                 // The kernel announces each change it makes; so does the model.
                 crate::uevent::record(&cache.state, &mut next, &hw);
             }
+            let keep_tree = match kind {
+                Change::Shown => false,
+                Change::Instances => {
+                    debug_assert!(
+                        only_instances_differ(&cache.state, &next),
+                        "an instance change changed more than instances"
+                    );
+                    tree::instances_shown(&cache.state) == tree::instances_shown(&next)
+                }
+                Change::Volatile => true,
+            };
             let stamp = self.save_with(&next, shown)?;
             cache.state = next;
-            if shown {
+            if !keep_tree {
                 cache.tree = None;
             }
             cache.stamp = Some(stamp);
@@ -316,11 +341,23 @@ impl Store {
     }
 }
 
+/// Whether `after` is `before` but for the GPUs' MIG instances (what an instance change may
+/// touch; checked in debug builds, so that the tests catch a call that does more).
+fn only_instances_differ(before: &State, after: &State) -> bool {
+    let mut same = after.clone();
+    for (addr, g) in &mut same.gpus {
+        g.gis = before.gpus.get(addr).map(|b| b.gis.clone()).unwrap_or_default();
+    }
+    same == *before
+}
+
 /// What a state change is to the host it models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
     /// Sysfs shows it and a uevent announces it; kept durably.
     Shown,
+    /// MIG GPU and compute instances alone ([`Store::write_instances`]).
+    Instances,
     /// Neither (telemetry): kept without a sync.
     Volatile,
 }

@@ -40,7 +40,7 @@ pub(crate) enum Store {
 }
 
 /// One node of the tree.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Node {
     Dir(BTreeSet<String>),
     /// An attribute: contents when readable, store handler when writable.
@@ -270,6 +270,17 @@ fn identity(state: &State, hw: &Hw, addr: PciAddress) -> Option<HwDev> {
             Some(d)
         }
     }
+}
+
+/// What the tree shows of the GPUs' MIG GPU and compute instances, and nothing else: the
+/// creatable vGPU types of each GPU's VFs and the instance each MIG-backed vGPU sits in (the
+/// only parts of [`render`] that read instances). A change of instances alone that leaves
+/// this equal leaves the rendered tree as it was (`Store`'s instance changes keep it).
+pub(crate) fn instances_shown(state: &State) -> impl PartialEq + use<> {
+    let in_vgpus: Vec<(PciAddress, Option<(u32, u32)>)> = (state.pci.iter())
+        .filter_map(|(addr, p)| Some((*addr, kernel::vgpu_gpu_instance(state, p.vf.as_ref()?))))
+        .collect();
+    (creatable_listings(state), in_vgpus)
 }
 
 /// `creatable_vgpu_types` of an untyped VF, per PF: the same for every VF of a GPU.

@@ -221,3 +221,56 @@ fn nvml_sets_mig_mode_at_once_when_idle_else_after_a_reboot() {
         NvmlCode::NOT_SUPPORTED
     );
 }
+
+/// Every attribute of the VFs' `nvidia/` directories: its contents, or the errno of its read.
+fn nvidia_dirs(fs: &Arc<dyn sysfs::Sysfs>, vfs: &[String]) -> Vec<(String, Result<String, i32>)> {
+    let mut out = Vec::new();
+    for vf in vfs {
+        let dir = dev(vf, "nvidia");
+        for name in names(fs, &dir) {
+            let path = format!("{dir}/{name}");
+            let got = sysfs::SysfsExt::read_text(&**fs, std::path::Path::new(&path))
+                .map_err(|e| e.errno().unwrap_or(0));
+            out.push((path, got));
+        }
+    }
+    out
+}
+
+#[test]
+fn after_an_instance_change_sysfs_shows_what_a_fresh_reader_sees() {
+    // The handle that makes MIG instances keeps the sysfs it rendered when the change does not
+    // show there (a compute instance in a GPU instance a type can still take); a second handle
+    // on the same state directory renders it afresh each time.
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("host");
+    let h = sim::SimHost::create(&state, sim::Profile::builtin("hgx-h200").unwrap()).unwrap();
+    h.set_mig_mode(addr(PF), true).unwrap();
+    let (fs, nvml) = (h.sysfs(), h.nvml());
+    let vfs = vfs(&fs, PF);
+    let same = |what: &str| {
+        let fresh = sim::SimHost::open(&state).unwrap().sysfs();
+        assert_eq!(nvidia_dirs(&fs, &vfs), nvidia_dirs(&fresh, &vfs), "{what}");
+    };
+    same("MIG on, no instance");
+    let one = nvml
+        .create_gpu_instance(0, 19, Placement { start: 0, size: 1 })
+        .unwrap();
+    assert_eq!(ids_of(&creatable(&fs, &vfs[0])), vec![1414]);
+    same("a 1g GPU instance: type 1414 creatable");
+    let ci_profile = nvml.compute_instance_profiles(0, one.id).unwrap()[0].id;
+    let ci = nvml.create_compute_instance(0, one.id, ci_profile).unwrap();
+    same("a compute instance in it (still creatable)");
+    let two = nvml
+        .create_gpu_instance(0, 19, Placement { start: 1, size: 1 })
+        .unwrap();
+    same("a second 1g GPU instance");
+    write(&fs, &dev(&vfs[0], "nvidia/current_vgpu_type"), "1414");
+    same("a MIG-backed vGPU in one of them");
+    nvml.destroy_compute_instance(0, one.id, ci.id).unwrap();
+    same("the compute instance gone");
+    nvml.destroy_gpu_instance(0, two.id).unwrap_or_else(|_| {
+        nvml.destroy_gpu_instance(0, one.id).unwrap();
+    });
+    same("a free GPU instance gone");
+}
