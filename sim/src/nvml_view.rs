@@ -103,6 +103,19 @@ mod calls {
     ];
 }
 
+/// The access an NVML call is (the GPU its index names) and whether a fault is armed for it.
+fn armed(
+    state: &State,
+    hw: &Hw,
+    calls: &'static [&'static str],
+    index: Option<u32>,
+) -> (Access<'static>, bool) {
+    let gpu = index.and_then(|i| visible_gpus(state, hw).get(i as usize).copied());
+    let access = Access::Nvml { calls, gpu };
+    let faulty = state.has_fault(&access);
+    (access, faulty)
+}
+
 /// The NVIDIA GPUs NVML sees, in index order.
 pub(crate) fn visible_gpus(state: &State, hw: &Hw) -> Vec<PciAddress> {
     // NVML numbers devices in PCI address order, whatever order the profile lists them in.
@@ -233,19 +246,11 @@ impl SimNvml {
     /// Applies a matching fault (after resolving the GPU the call is about).
     fn fault(&self, calls: &'static [&'static str], index: Option<u32>) -> NvmlResult<()> {
         let unknown = |_| Self::err(calls, NvmlCode::UNKNOWN);
-        let gpu = match index {
-            Some(i) => self
-                .host
-                .store()
-                .read(|v| visible_gpus(v.state, v.hw).get(i as usize).copied())
-                .map_err(unknown)?,
-            None => None,
-        };
-        let access = Access::Nvml { calls, gpu };
-        let faulty = self
+        // One look at the store for both (each look checks the state file: a `stat`).
+        let (access, faulty) = self
             .host
             .store()
-            .read(|v| v.state.has_fault(&access))
+            .read(|v| armed(v.state, v.hw, calls, index))
             .map_err(unknown)?;
         if !faulty {
             return Ok(());
@@ -269,8 +274,15 @@ impl SimNvml {
         &self,
         calls: &'static [&'static str],
         index: Option<u32>,
-        f: impl FnOnce(&State, &Hw) -> Result<T, NvmlCode>,
+        f: impl Fn(&State, &Hw) -> Result<T, NvmlCode>,
     ) -> NvmlResult<T> {
+        // Without a fault armed for it (the usual case), the call is answered in the same look
+        // at the store as the fault check.
+        let unfaulted = (self.host.store())
+            .read(|v| (!armed(v.state, v.hw, calls, index).1).then(|| f(v.state, v.hw)));
+        if let Ok(Some(answer)) = unfaulted {
+            return answer.map_err(|c| Self::err(calls, c));
+        }
         self.fault(calls, index)?;
         Self::answer(calls, self.host.store().read(|v| f(v.state, v.hw)))
     }

@@ -346,7 +346,11 @@ impl Store {
 fn only_instances_differ(before: &State, after: &State) -> bool {
     let mut same = after.clone();
     for (addr, g) in &mut same.gpus {
-        g.gis = before.gpus.get(addr).map(|b| b.gis.clone()).unwrap_or_default();
+        g.gis = before
+            .gpus
+            .get(addr)
+            .map(|b| b.gis.clone())
+            .unwrap_or_default();
     }
     same == *before
 }

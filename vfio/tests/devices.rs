@@ -342,7 +342,11 @@ fn the_light_reads_agree_with_the_whole_device() {
     let pf = vfio::read_identity(&fs, addr("0000:41:00.0")).unwrap();
     assert!(pf.sriov_capable && !pf.is_vf && pf.is_gpu());
     assert_eq!(pf.driver.as_deref(), Some("nvidia"));
-    assert!(vfio::read_identity(&fs, addr("0000:41:00.4")).unwrap().is_vf);
+    assert!(
+        vfio::read_identity(&fs, addr("0000:41:00.4"))
+            .unwrap()
+            .is_vf
+    );
     assert!(matches!(
         vfio::read_identity(&fs, addr("0000:99:00.0")),
         Err(VfioError::DeviceNotFound(_))
