@@ -25,6 +25,7 @@ use crate::host::SimHost;
 use crate::mig::{self, MigFamily};
 use crate::profile::GpuModel;
 use crate::state::{CiState, GiState, GpuState, Hw, State};
+use crate::store::Change;
 use crate::telemetry;
 use crate::util::derived_uuid;
 use crate::vgpu_usage as vgpu;
@@ -287,38 +288,16 @@ impl SimNvml {
         Self::answer(calls, self.host.store().read(|v| f(v.state, v.hw)))
     }
 
-    /// A call that changes the GPU; a failure changes nothing.
+    /// A call that changes the GPU, a change of this kind; a failure changes nothing.
     fn act<T>(
         &self,
+        kind: Change,
         calls: &'static [&'static str],
         index: u32,
         f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
     ) -> NvmlResult<T> {
         self.fault(calls, Some(index))?;
-        Self::answer(calls, self.host.store().write(f))
-    }
-
-    /// [`Self::act`] for a change of MIG GPU and compute instances alone
-    /// ([`crate::store::Store::write_instances`]).
-    fn act_on_instances<T>(
-        &self,
-        calls: &'static [&'static str],
-        index: u32,
-        f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
-    ) -> NvmlResult<T> {
-        self.fault(calls, Some(index))?;
-        Self::answer(calls, self.host.store().write_instances(f))
-    }
-
-    /// [`Self::act`] for a change sysfs does not show (the telemetry walk's step).
-    fn act_volatile<T>(
-        &self,
-        calls: &'static [&'static str],
-        index: u32,
-        f: impl FnOnce(&mut State, &Hw) -> Result<T, NvmlCode>,
-    ) -> NvmlResult<T> {
-        self.fault(calls, Some(index))?;
-        Self::answer(calls, self.host.store().write_volatile(f))
+        Self::answer(calls, self.host.store().change(kind, f))
     }
 
     /// Takes the oldest queued Xid event, if one is still there.
@@ -393,7 +372,7 @@ impl Nvml for SimNvml {
     }
 
     fn set_mig_mode(&self, index: u32, enabled: bool) -> NvmlResult<MigActivation> {
-        self.act(calls::SET_MIG_MODE, index, |st, hw| {
+        self.act(Change::Shown, calls::SET_MIG_MODE, index, |st, hw| {
             let addr = gpu_at(st, hw, index)?.addr;
             st.set_mig_mode_call(addr, enabled)
         })
@@ -469,7 +448,7 @@ impl Nvml for SimNvml {
         placement: Placement,
     ) -> NvmlResult<GpuInstance> {
         crate::latency::pause(crate::latency::DeviceOp::GiCreate);
-        self.act_on_instances(calls::CREATE_GI, index, |st, hw| {
+        self.act(Change::Instances, calls::CREATE_GI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             let p = mig_on(st, &g)?
@@ -488,7 +467,7 @@ impl Nvml for SimNvml {
 
     fn destroy_gpu_instance(&self, index: u32, gpu_instance_id: u32) -> NvmlResult<()> {
         crate::latency::pause(crate::latency::DeviceOp::GiDestroy);
-        self.act_on_instances(calls::DESTROY_GI, index, |st, hw| {
+        self.act(Change::Instances, calls::DESTROY_GI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             mig_on(st, &g)?;
@@ -550,7 +529,7 @@ impl Nvml for SimNvml {
         profile_id: u32,
     ) -> NvmlResult<ComputeInstance> {
         crate::latency::pause(crate::latency::DeviceOp::CiCreate);
-        self.act_on_instances(calls::CREATE_CI, index, |st, hw| {
+        self.act(Change::Instances, calls::CREATE_CI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             mig_on(st, &g)?;
@@ -581,7 +560,7 @@ impl Nvml for SimNvml {
         compute_instance_id: u32,
     ) -> NvmlResult<()> {
         crate::latency::pause(crate::latency::DeviceOp::CiDestroy);
-        self.act_on_instances(calls::DESTROY_CI, index, |st, hw| {
+        self.act(Change::Instances, calls::DESTROY_CI, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let addr = g.addr;
             mig_on(st, &g)?;
@@ -603,7 +582,7 @@ impl Nvml for SimNvml {
     }
 
     fn telemetry(&self, index: u32) -> NvmlResult<Telemetry> {
-        self.act_volatile(calls::TELEMETRY, index, |st, hw| {
+        self.act(Change::Volatile, calls::TELEMETRY, index, |st, hw| {
             let g = gpu_at(st, hw, index)?;
             let (addr, model) = (g.addr, g.model.clone());
             let used = fb_used(st, addr, &model);

@@ -6,7 +6,10 @@
 //! file, fsync, rename, fsync of the directory). A read whose `host.json` is the one it last
 //! read skips the lock: the file is only ever replaced whole, by rename, so an unchanged one is
 //! a committed state, and a change in flight has not happened yet. A change runs on a copy that is only kept when
-//! the operation succeeds, so a refused write changes nothing.
+//! the operation succeeds, so a refused write changes nothing. Two kinds of change skip the syncs
+//! (a crashed process still leaves a whole file): telemetry, which nothing depends on, and MIG
+//! GPU and compute instances, which do not outlive the driver; both keep the rendered sysfs tree
+//! when what it shows is unchanged.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -276,33 +279,9 @@ impl Store {
         self.change(Change::Shown, f)
     }
 
-    /// [`Store::write`] for what neither sysfs shows nor a uevent announces (the telemetry
-    /// walk): the sysfs tree stays rendered, no uevent is looked for, and the state file is
-    /// replaced by rename without syncing it (a crashed process still leaves a whole file; a
-    /// power loss may lose the last samples, which nothing depends on). A telemetry read is
-    /// then a small write rather than a durable one and a new sysfs tree for the next reader.
-    pub(crate) fn write_volatile<T, E>(
-        &self,
-        f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
-    ) -> Result<Result<T, E>, SimError> {
-        self.change(Change::Volatile, f)
-    }
-
-    /// [`Store::write`] for a change of MIG GPU and compute instances alone (NVML's instance
-    /// calls): the kernel announces none (NVML makes them through the driver's device files, not
-    /// the device model, so no uevent), sysfs shows them only in what
-    /// [`tree::instances_shown`] covers, so the rendered tree is kept when that is unchanged,
-    /// and the state file is replaced without a sync: instances do not outlive the driver
-    /// (a reboot clears them, `State::boot`; NVIDIA's MIG user guide has them re-created after
-    /// each boot), so a power loss that loses the last one loses nothing the host would keep.
-    pub(crate) fn write_instances<T, E>(
-        &self,
-        f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
-    ) -> Result<Result<T, E>, SimError> {
-        self.change(Change::Instances, f)
-    }
-
-    fn change<T, E>(
+    /// Runs `f` on a copy of the state and keeps the copy if `f` succeeds and changed it, as
+    /// a change of this kind.
+    pub(crate) fn change<T, E>(
         &self,
         kind: Change,
         f: impl FnOnce(&mut State, &Hw) -> Result<T, E>,
@@ -357,12 +336,22 @@ fn only_instances_differ(before: &State, after: &State) -> bool {
 
 /// What a state change is to the host it models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Change {
+pub(crate) enum Change {
     /// Sysfs shows it and a uevent announces it; kept durably.
     Shown,
-    /// MIG GPU and compute instances alone ([`Store::write_instances`]).
+    /// MIG GPU and compute instances alone (NVML's instance calls): the kernel announces none
+    /// (NVML makes them through the driver's device files, not the device model, so no uevent),
+    /// sysfs shows them only in what [`tree::instances_shown`] covers, so the rendered tree is
+    /// kept when that is unchanged, and the state file is replaced without a sync: instances do
+    /// not outlive the driver (a reboot clears them, `State::boot`; NVIDIA's MIG user guide has
+    /// them re-created after each boot), so a power loss that loses the last one loses nothing
+    /// the host would keep.
     Instances,
-    /// Neither (telemetry): kept without a sync.
+    /// What neither sysfs shows nor a uevent announces (the telemetry walk): the sysfs tree
+    /// stays rendered, no uevent is looked for, and the state file is replaced by rename
+    /// without syncing it (a crashed process still leaves a whole file; a power loss may lose
+    /// the last samples, which nothing depends on). A telemetry read is then a small write
+    /// rather than a durable one and a new sysfs tree for the next reader.
     Volatile,
 }
 

@@ -127,17 +127,8 @@ pub(crate) fn canonical_address(name: &str) -> Result<PciAddress, String> {
 /// Reads one function. Vendor, device and class are essential; everything else that is missing
 /// or garbage is recorded in `problems` and left `None`.
 pub fn read_device(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciDevice, VfioError> {
-    let dir = device_dir(addr);
-    if !fs.exists(&dir) {
-        return Err(VfioError::DeviceNotFound(addr));
-    }
-    let essential = |source| VfioError::Device {
-        address: addr,
-        source,
-    };
-    let vendor = fs.read_parse(&dir.join("vendor")).map_err(essential)?;
-    let device = fs.read_parse(&dir.join("device")).map_err(essential)?;
-    let class = read_class(fs, &dir.join("class")).map_err(essential)?;
+    let (dir, vendor, class) = present(fs, addr)?;
+    let device = (fs.read_parse(&dir.join("device"))).map_err(|e| essential(addr, e))?;
     let mut r = Reader {
         fs,
         dir,
@@ -197,21 +188,14 @@ impl PciIdentity {
 
 /// Reads what the function is ([`PciIdentity`]); `DeviceNotFound` when it is not present.
 pub fn read_identity(fs: &dyn Sysfs, addr: PciAddress) -> Result<PciIdentity, VfioError> {
-    let dir = device_dir(addr);
-    if !fs.exists(&dir) {
-        return Err(VfioError::DeviceNotFound(addr));
-    }
-    let essential = |source| VfioError::Device {
-        address: addr,
-        source,
-    };
+    let (dir, vendor, class) = present(fs, addr)?;
     Ok(PciIdentity {
         address: addr,
-        vendor: fs.read_parse(&dir.join("vendor")).map_err(essential)?,
-        class: read_class(fs, &dir.join("class")).map_err(essential)?,
+        vendor,
+        class,
         is_vf: fs.exists(&dir.join("physfn")),
         sriov_capable: fs.exists(&dir.join("sriov_totalvfs")),
-        driver: fs.link_name_opt(&dir.join("driver")).map_err(essential)?,
+        driver: (fs.link_name_opt(&dir.join("driver"))).map_err(|e| essential(addr, e))?,
         iommu_group: Reader {
             fs,
             dir: dir.clone(),
@@ -230,6 +214,25 @@ pub fn numa_node(fs: &dyn Sysfs, addr: PciAddress) -> Option<NumaNodeId> {
         problems: Vec::new(),
     };
     read_numa(&mut r).0
+}
+
+/// A present function's directory, vendor and class (every read of it needs them);
+/// `DeviceNotFound` when it is not present.
+fn present(fs: &dyn Sysfs, addr: PciAddress) -> Result<(PathBuf, PciVendorId, u32), VfioError> {
+    let dir = device_dir(addr);
+    if !fs.exists(&dir) {
+        return Err(VfioError::DeviceNotFound(addr));
+    }
+    let vendor = fs
+        .read_parse(&dir.join("vendor"))
+        .map_err(|e| essential(addr, e))?;
+    let class = read_class(fs, &dir.join("class")).map_err(|e| essential(addr, e))?;
+    Ok((dir, vendor, class))
+}
+
+/// An attribute without which the function cannot be read.
+fn essential(address: PciAddress, source: SysfsError) -> VfioError {
+    VfioError::Device { address, source }
 }
 
 /// Whether `/sys/bus/pci/devices/<bdf>` exists (a VF that is not enabled has none).

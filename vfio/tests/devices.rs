@@ -205,6 +205,18 @@ fn unreadable_device_directory_is_an_error_not_a_panic() {
     assert!(read_device(&probe, addr("0000:00:1f.6")).is_ok());
 }
 
+/// The two-socket host's NVIDIA GPU at 0000:41:00.0 as an SR-IOV PF (16 VFs possible) with these
+/// VFs enabled.
+fn nvidia_pf_with_vfs(host: &Host, vfs: &[&str]) {
+    host.pci(
+        "pci0000:40/0000:40:01.1/0000:41:00.0",
+        "0x10de",
+        "0x2335",
+        "0x030200",
+    )
+    .sriov(16, vfs);
+}
+
 #[test]
 fn sriov_pf_and_vfs() {
     let host = Host::two_socket();
@@ -213,13 +225,7 @@ fn sriov_pf_and_vfs() {
         .map(|i| format!("0000:41:{:02x}.{}", (i + 4) / 8, (i + 4) % 8))
         .collect();
     let vf_addrs: Vec<&str> = vf_addrs.iter().map(String::as_str).collect();
-    host.pci(
-        "pci0000:40/0000:40:01.1/0000:41:00.0",
-        "0x10de",
-        "0x2335",
-        "0x030200",
-    )
-    .sriov(16, &vf_addrs);
+    nvidia_pf_with_vfs(&host, &vf_addrs);
     let fs = host.fs();
     let pf = read_device(&fs, addr("0000:41:00.0")).unwrap();
     let sriov = pf.sriov.clone().unwrap();
@@ -323,14 +329,7 @@ fn device_serialises() {
 #[test]
 fn the_light_reads_agree_with_the_whole_device() {
     let host = Host::two_socket();
-    let vf_addrs = ["0000:41:00.4", "0000:41:00.5"];
-    host.pci(
-        "pci0000:40/0000:40:01.1/0000:41:00.0",
-        "0x10de",
-        "0x2335",
-        "0x030200",
-    )
-    .sriov(16, &vf_addrs);
+    nvidia_pf_with_vfs(&host, &["0000:41:00.4", "0000:41:00.5"]);
     let fs = host.fs();
     let (addrs, _) = list_devices(&fs).unwrap();
     assert!(addrs.len() >= 4, "{addrs:?}");
