@@ -7,6 +7,7 @@
 //! `vgpud` binary puts the pieces together.
 
 pub mod apply_slot;
+mod call_pool;
 pub mod config;
 pub mod engine;
 pub mod health;

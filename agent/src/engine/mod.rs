@@ -58,7 +58,6 @@ mod state_check;
 mod telemetry_read;
 mod timed_host;
 mod vendor;
-mod vendor_pool;
 mod vfs;
 mod view;
 mod warm_pool;

@@ -20,7 +20,7 @@ use gpu::{
 use ids::PciAddress;
 
 use super::host_changes::HostChanges;
-use super::vendor_pool::Pool;
+use crate::call_pool::Pool;
 use crate::metrics::Metrics;
 
 /// `AMDSMI_STATUS_TIMEOUT` in `amdsmi_status_t`.
@@ -58,7 +58,7 @@ impl Runner {
             timeout,
             stuck: Mutex::new(HashMap::new()),
             metrics,
-            pool: Pool::default(),
+            pool: Pool::new("vgpud-vendor"),
             changes: HostChanges::default(),
         })
     }

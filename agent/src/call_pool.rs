@@ -1,8 +1,9 @@
-//! The helper threads vendor calls run on, kept between calls.
+//! Helper threads for calls a caller must be able to stop waiting for, kept between calls.
 //!
-//! Every NVML and AMD SMI call runs on a helper thread so that its caller can stop waiting
-//! (`vendor`). Starting a thread per call cost more than the calls themselves: a discovery of
-//! an 8-GPU host makes a few hundred of them. So a worker that finished its call waits for the
+//! Every NVML and AMD SMI call (`engine::vendor`) and every libvirt call (`pinning::deadline`)
+//! runs on a helper thread so that its caller can stop waiting. Starting a thread per call cost
+//! more than the calls themselves: a discovery of an 8-GPU host makes a few hundred vendor
+//! calls, and a placement score two libvirt calls. So a worker that finished its call waits for the
 //! next one; a call that finds no idle worker starts a new one (a worker still inside an
 //! abandoned, hung call is never handed work), and a worker idle for [`IDLE_EXIT`] exits, so
 //! an idle daemon keeps none. A worker leaves only while it is listed idle, under the list's
@@ -27,13 +28,24 @@ type Deliver = Box<dyn FnOnce() + Send + 'static>;
 type Idle = Vec<(u64, Sender<Job>)>;
 
 /// Idle workers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Pool {
+    /// The workers' thread name (`ps -L`, `perf`).
+    name: &'static str,
     idle: Arc<Mutex<Idle>>,
     started: AtomicU64,
 }
 
 impl Pool {
+    /// A pool with no worker yet, whose threads are named `name`.
+    pub(crate) fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            idle: Arc::default(),
+            started: AtomicU64::new(0),
+        }
+    }
+
     /// Runs `call` on an idle worker, or on a new one, then `deliver` with its answer; an error
     /// when no thread could start. The worker is back in the pool before `deliver` runs, so a
     /// caller that makes its next call as soon as it has the answer finds it idle.
@@ -59,7 +71,7 @@ impl Pool {
         tx.send(job)
             .map_err(|_| std::io::Error::other("worker channel closed"))?;
         std::thread::Builder::new()
-            .name("vgpud-vendor".into())
+            .name(self.name.into())
             .spawn(move || work(me, &rx, &tx, &idle))?;
         Ok(())
     }
@@ -128,7 +140,7 @@ mod tests {
 
     #[test]
     fn a_finished_worker_takes_the_next_call() {
-        let pool = Pool::default();
+        let pool = Pool::new("test-pool");
         let first = worker_of(&pool);
         // Back in the pool before the answer came: the next call at once finds it.
         assert_eq!(worker_of(&pool), first);
@@ -137,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_busy_worker_is_not_handed_a_second_call() {
-        let pool = Pool::default();
+        let pool = Pool::new("test-pool");
         let (release, hold) = mpsc::channel::<()>();
         let done = Arc::new(AtomicUsize::new(0));
         let d = done.clone();
