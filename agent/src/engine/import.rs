@@ -502,10 +502,9 @@ impl Engine {
                 continue;
             };
             let mut want: Vec<(SliceKind, u32, &str)> = Vec::new();
+            let id = dev.identity();
             for e in &layout.slices {
-                if let Some(kind) =
-                    layout_kind_on(self.host(), &dev.identity(), e.slice_type.trim())?
-                {
+                if let Some(kind) = layout_kind_on(self.host(), &id, e.slice_type.trim())? {
                     want.push((kind, e.count, e.slice_type.as_str()));
                 }
             }

@@ -133,13 +133,14 @@ impl Engine {
                 )));
             }
             partitions.push((dev.address, chosen.first().and_then(|l| l.amd.as_ref())));
+            let id = dev.identity();
             for l in chosen {
                 if let Some(want) = &l.amd {
                     self.check_partition(&dev, l, want)?;
                 }
                 let mut kinds = Vec::new();
                 for e in &l.slices {
-                    match layout_kind_on(self.host(), &dev.identity(), e.slice_type.trim())? {
+                    match layout_kind_on(self.host(), &id, e.slice_type.trim())? {
                         Some(kind) if e.count > 0 => kinds.push(kind),
                         Some(_) => {}
                         None => {
@@ -204,8 +205,9 @@ impl Engine {
         let mut pending = Vec::new();
         let mut failed = Vec::new();
         let mut want: Vec<(SliceKind, u32)> = Vec::new();
+        let id = dev.identity();
         for e in &layout.slices {
-            match layout_kind_on(self.host(), &dev.identity(), e.slice_type.trim()) {
+            match layout_kind_on(self.host(), &id, e.slice_type.trim()) {
                 Ok(Some(kind)) => want.push((kind, e.count)),
                 Ok(None) => failed.push(format!("GPU {gpu} does not offer {:?}", e.slice_type)),
                 Err(e) => failed.push(chain(&e)),

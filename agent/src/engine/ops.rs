@@ -91,7 +91,7 @@ impl Engine {
         if spec.gpu.pci().is_some() || spec.kind.backend() != BackendKind::Mdev {
             let gpu = self.host().gpu_identity(spec.pci()?)?;
             if spec.kind.backend() != BackendKind::Passthrough {
-                backend::refuse_if_passed_through(gpu.address, gpu.driver.as_deref())?;
+                backend::refuse_if_passed_through(&gpu)?;
             }
         }
         let be = backend::for_new(self.host(), spec)?;

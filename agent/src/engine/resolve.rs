@@ -179,7 +179,7 @@ pub(crate) fn check_type(t: &str) -> Result<&str> {
 /// that GPU alone: `None` where it would refuse.
 pub(crate) fn kind_for(host: &TimedHost, dev: &vfio::PciIdentity, t: &str) -> Option<SliceKind> {
     let t = check_type(t).ok()?;
-    if t != "gpu" && refuse_if_passed_through(dev.address, dev.driver.as_deref()).is_err() {
+    if t != "gpu" && refuse_if_passed_through(dev).is_err() {
         return None;
     }
     kind_on(host, dev, t).ok().flatten()
@@ -202,7 +202,7 @@ pub(crate) fn resolve(host: &TimedHost, t: &str, only: Option<PciAddress>) -> Re
         Some(g) => {
             let dev = host.gpu_identity(g)?;
             if t != "gpu" {
-                refuse_if_passed_through(dev.address, dev.driver.as_deref())?;
+                refuse_if_passed_through(&dev)?;
             }
             vec![dev]
         }

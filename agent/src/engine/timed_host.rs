@@ -168,15 +168,11 @@ impl TimedHost {
             EngineError::NotFound(_) => EngineError::NotFound(format!("GPU {addr} is not present")),
             e => e,
         })?;
-        if dev.is_vf() || !(dev.is_gpu() || dev.sriov.is_some()) {
-            return Err(EngineError::InvalidRequest(format!(
-                "{addr} is not a GPU or an SR-IOV physical function"
-            )));
-        }
+        carves_slices(&dev.identity())?;
         Ok(dev)
     }
 
-    /// What [`TimedHost::gpu`] checks, from four attributes instead of the whole PCI device:
+    /// What [`TimedHost::gpu`] checks, from six attributes instead of the whole PCI device:
     /// for a step that only needs to know what the device is (each MIG step asks).
     pub(crate) fn gpu_identity(&self, addr: PciAddress) -> Result<vfio::PciIdentity> {
         let id = vfio::read_identity(self.fs(), addr).map_err(|e| match e {
@@ -185,11 +181,7 @@ impl TimedHost {
             }
             e => EngineError::from_vfio(format!("cannot read PCI device {addr}"), e),
         })?;
-        if id.is_vf || !(id.is_gpu() || id.sriov_capable) {
-            return Err(EngineError::InvalidRequest(format!(
-                "{addr} is not a GPU or an SR-IOV physical function"
-            )));
-        }
+        carves_slices(&id)?;
         Ok(id)
     }
 
@@ -206,4 +198,16 @@ impl TimedHost {
     pub(crate) fn is_nvidia(dev: &vfio::PciDevice) -> bool {
         dev.vendor == PciVendorId::NVIDIA
     }
+}
+
+/// Refuses a function slices are not carved from: anything but a GPU or another accelerator
+/// that is an SR-IOV physical function.
+fn carves_slices(id: &vfio::PciIdentity) -> Result<()> {
+    if id.is_vf || !(id.is_gpu() || id.sriov_capable) {
+        return Err(EngineError::InvalidRequest(format!(
+            "{} is not a GPU or an SR-IOV physical function",
+            id.address
+        )));
+    }
+    Ok(())
 }

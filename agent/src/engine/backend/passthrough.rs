@@ -1,7 +1,5 @@
 //! passthrough: the whole GPU bound to vfio-pci, after checking its IOMMU group can go to a VM.
 
-use ids::PciAddress;
-
 use super::{Backend, Observed, wrong_identity};
 use crate::engine::error::{EngineError, Result};
 use crate::engine::model::{BackendKind, Handles, Identity, SliceSpec};
@@ -57,10 +55,11 @@ fn carried_slices(host: &TimedHost, dev: &vfio::PciDevice) -> Result<Vec<String>
 /// and NVML handle are gone while it is, so without this check a create or an allocation that
 /// lost the GPU's lock to a passthrough would answer `not_found` (or "not offered"), though
 /// the GPU is there and only taken.
-pub(crate) fn refuse_if_passed_through(gpu: PciAddress, driver: Option<&str>) -> Result<()> {
-    if driver == Some(vfio::VFIO_PCI) {
+pub(crate) fn refuse_if_passed_through(gpu: &vfio::PciIdentity) -> Result<()> {
+    if gpu.driver.as_deref() == Some(vfio::VFIO_PCI) {
         return Err(EngineError::Conflict(format!(
-            "GPU {gpu} is bound to vfio-pci as a whole (passed through): it carries no slices until it is handed back"
+            "GPU {} is bound to vfio-pci as a whole (passed through): it carries no slices until it is handed back",
+            gpu.address
         )));
     }
     Ok(())
