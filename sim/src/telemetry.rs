@@ -5,7 +5,7 @@ use gpu::Telemetry;
 use ids::PciAddress;
 
 use crate::profile::GpuModel;
-use crate::state::TelemetryState;
+use crate::state::{State, TelemetryState};
 use crate::util::fnv1a;
 
 /// Advances the walk by one sample (nominally one second).
@@ -34,6 +34,21 @@ pub(crate) fn step(t: &mut TelemetryState, seed: u64, gpu: PciAddress, model: &G
     t.power_mw = u32::try_from(power.min(limit)).unwrap_or(u32::MAX);
     // One sample stands for one second: mW × 1 s = mJ.
     t.energy_mj += u64::from(t.power_mw);
+}
+
+/// Keeps in `loaded` each GPU's walk from `mine` where `mine` is further along: a handle that
+/// reloads the state file (another handle changed the host) while it holds samples the file
+/// does not would otherwise hand out older figures than it already did (an energy counter
+/// going back, which NVML's never does: `nvmlDeviceGetTotalEnergyConsumption` counts "since
+/// the driver was last reloaded").
+pub(crate) fn keep_newer(loaded: &mut State, mine: &State) {
+    for (addr, g) in &mut loaded.gpus {
+        if let Some(m) = mine.gpus.get(addr)
+            && m.telemetry.tick > g.telemetry.tick
+        {
+            g.telemetry = m.telemetry.clone();
+        }
+    }
 }
 
 /// The sample NVML reports for the walk's current position.

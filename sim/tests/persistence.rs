@@ -315,6 +315,48 @@ fn profiles_load_from_files() {
     ));
 }
 
+/// The NVML index of the vdi-mixed profile's T4.
+fn t4_index(h: &SimHost) -> u32 {
+    let nvml = h.nvml();
+    (0..nvml.device_count().unwrap())
+        .find(|i| nvml.device_info(*i).unwrap().pci_address.to_string() == T4)
+        .unwrap()
+}
+
+#[test]
+fn a_telemetry_read_is_kept_in_memory_and_survives_another_handles_change() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("host");
+    let a = SimHost::create(&state, Profile::builtin("vdi-mixed").unwrap()).unwrap();
+    let index = t4_index(&a);
+    let file = state.join("host.json");
+    let written = fs::metadata(&file).unwrap().ino();
+    let mut energy = a.nvml().telemetry(index).unwrap().energy_mj;
+    for _ in 0..5 {
+        let next = a.nvml().telemetry(index).unwrap().energy_mj;
+        assert!(next > energy, "energy only grows");
+        energy = next;
+    }
+    // Telemetry is not written through at every read (it was a write of the whole host).
+    assert_eq!(fs::metadata(&file).unwrap().ino(), written);
+    // Another handle changes the host from the file, which has none of those samples; the
+    // first handle reloads it and must not hand out older figures than it already did.
+    let b = SimHost::open(&state).unwrap();
+    create_1q(&b.sysfs(), U1);
+    assert_ne!(fs::metadata(&file).unwrap().ino(), written);
+    let after = a.nvml().telemetry(index).unwrap().energy_mj;
+    assert!(after > energy, "energy went back from {energy} to {after}");
+    assert!(
+        a.sysfs()
+            .exists(std::path::Path::new(&format!("/sys/bus/mdev/devices/{U1}")))
+    );
+    // Dropped, it leaves its samples for the next process.
+    drop((a, b));
+    let c = SimHost::open(&state).unwrap();
+    assert!(c.nvml().telemetry(index).unwrap().energy_mj > after);
+}
+
 #[test]
 fn telemetry_continues_across_a_restart_and_leaves_sysfs_current() {
     let dir = tempfile::tempdir().unwrap();

@@ -60,12 +60,15 @@ pub(super) fn creatable(
     gpu: PciAddress,
     kind: &SliceKind,
 ) -> u32 {
+    let Some(alone) = only_gpu(inventory, gpu) else {
+        return 0;
+    };
     let spec = SliceSpec {
         gpu: gpu.into(),
         kind: kind.clone(),
     };
     let mut view = snapshot::build(
-        inventory,
+        &alone,
         own,
         Some(std::slice::from_ref(&spec)),
         None,
@@ -85,6 +88,25 @@ pub(super) fn creatable(
         n += 1;
     }
     n
+}
+
+/// `inventory` with `gpu` its only GPU, or `None` where it has no such GPU. A lone slice's
+/// fit on one GPU depends on nothing else the host has (every other GPU is unavailable to a
+/// request pinned to this one, and the count asks no VM room of a NUMA node), and the view of
+/// one GPU costs a sixteenth of a 16-GPU host's: the capacity report counts every type of
+/// every GPU.
+fn only_gpu(inventory: &inventory::HostInventory, gpu: PciAddress) -> Option<inventory::HostInventory> {
+    let g = inventory.gpus.iter().find(|g| g.pci_address == gpu)?;
+    Some(inventory::HostInventory {
+        hostname: inventory.hostname.clone(),
+        source: inventory.source.clone(),
+        numa_nodes: inventory.numa_nodes.clone(),
+        gpus: vec![g.clone()],
+        other_mdev_parents: Vec::new(),
+        pci_devices: Vec::new(),
+        vendor_libraries: inventory.vendor_libraries.clone(),
+        warnings: Vec::new(),
+    })
 }
 
 impl Engine {

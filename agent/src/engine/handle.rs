@@ -12,6 +12,7 @@ use inventory::HostAccess;
 use tokio::sync::broadcast;
 
 use super::candidates_cache::{self, CandidatesCache, OfferedCache};
+use super::capacity::CapacityCache;
 use super::demand_mix::LearntMix;
 use super::error::Result;
 use super::events::Event;
@@ -82,6 +83,8 @@ pub(super) struct Inner {
     pub(super) candidates: CandidatesCache,
     /// The types each GPU offers, while nothing changed.
     pub(super) offered: OfferedCache,
+    /// The last capacity report, while its inputs are the same.
+    pub(super) capacity: CapacityCache,
     /// The demand mix learnt from the requests placed (see `demand_mix`).
     pub(super) mix: Mutex<LearntMix>,
     /// Allocations that gave up warm-pool slices and are not done yet: while any is, the pool
@@ -129,6 +132,7 @@ impl Engine {
                 observations: ObservationCache::default(),
                 candidates: CandidatesCache::with_cap(candidates_cache::MAX_KEPT),
                 offered: OfferedCache::with_cap(candidates_cache::MAX_KEPT),
+                capacity: CapacityCache::default(),
                 released: Mutex::default(),
                 track_released: std::sync::atomic::AtomicBool::new(false),
                 pool_yields: std::sync::atomic::AtomicUsize::new(0),

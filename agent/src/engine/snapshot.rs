@@ -133,7 +133,7 @@ fn no_free_vf(room: u32) -> Option<String> {
 }
 
 /// What the engine's state says about the host's slices.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Ownership {
     occupants: HashMap<Key, (Occupant, Option<SliceId>, SliceKind)>,
     /// Owned MIG identities the host does not show now: (GPU, profile, start).
@@ -165,6 +165,13 @@ fn keys_of(gpu: PciAddress, identity: &Identity) -> Vec<Key> {
 }
 
 impl Ownership {
+    /// Leaves out how old each held slice is, for a reader that does not break ties by age.
+    pub(crate) fn forget_ages(&mut self) {
+        for (occupant, _, _) in self.occupants.values_mut() {
+            occupant.age_s = None;
+        }
+    }
+
     /// Reads the ledger, allocations, open intents and in-memory claims.
     pub fn of(d: &Desired, claims: &HashSet<SliceId>) -> Self {
         Self::of_at(d, claims, super::state::now())
