@@ -13,8 +13,10 @@ use tracing::{info, warn};
 
 /// How long one Xid wait lasts: also how soon the thread sees a stop.
 const XID_WAIT_MS: u32 = 500;
-/// How often a sleeping thread looks for a stop.
-const STOP_POLL: Duration = Duration::from_millis(100);
+/// How often a sleeping thread looks for a stop: no sooner than the Xid thread sees one (one
+/// wait), since the daemon's stop waits for both; every 100 ms was a tenth of an idle
+/// daemon's wake-ups.
+const STOP_POLL: Duration = Duration::from_millis(XID_WAIT_MS as u64);
 
 /// The running monitor threads.
 pub(crate) struct HealthThreads(Vec<JoinHandle<()>>);
