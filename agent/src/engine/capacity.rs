@@ -121,7 +121,11 @@ impl Engine {
         }
         let view = snapshot::build(&inventory, &own, None, None, &CpuSet::default());
         let inputs = Inputs {
-            offered: inventory.gpus.iter().map(|g| self.offered_types(g)).collect(),
+            offered: inventory
+                .gpus
+                .iter()
+                .map(|g| self.offered_types(g))
+                .collect(),
             mix: self.demand_mix_on(&view.snap).mix,
             inventory,
             own,

@@ -112,7 +112,10 @@ pub(super) fn creatable(
 /// request pinned to this one, and the count asks no VM room of a NUMA node), and the view of
 /// one GPU costs a sixteenth of a 16-GPU host's: the capacity report counts every type of
 /// every GPU.
-fn only_gpu(inventory: &inventory::HostInventory, gpu: PciAddress) -> Option<inventory::HostInventory> {
+fn only_gpu(
+    inventory: &inventory::HostInventory,
+    gpu: PciAddress,
+) -> Option<inventory::HostInventory> {
     let g = inventory.gpus.iter().find(|g| g.pci_address == gpu)?;
     Some(inventory::HostInventory {
         hostname: inventory.hostname.clone(),
