@@ -316,7 +316,7 @@ impl Store {
             }
             if kind == Change::Volatile {
                 cache.state = next;
-                self.save_volatile(&mut cache, false)?;
+                self.save_volatile(&mut cache)?;
                 return Ok(out);
             }
             let keep_tree = match kind {
@@ -341,17 +341,24 @@ impl Store {
         Ok(out)
     }
 
-    /// Writes volatile changes held in memory when they are [`VOLATILE_SAVE_AFTER`] old, or
-    /// now with `now`; the caller holds the exclusive file lock and has refreshed `cache`.
-    fn save_volatile(&self, cache: &mut Cache, now: bool) -> Result<(), SimError> {
+    /// Notes that `cache` holds volatile changes, and writes them when they are
+    /// [`VOLATILE_SAVE_AFTER`] old; the caller holds the exclusive file lock and has refreshed
+    /// `cache`.
+    fn save_volatile(&self, cache: &mut Cache) -> Result<(), SimError> {
         if self.backing.is_none() {
             return Ok(());
         }
         let since = *cache.unsaved.get_or_insert_with(Instant::now);
-        if now || since.elapsed() >= VOLATILE_SAVE_AFTER {
-            cache.stamp = Some(self.save_with(&cache.state, false)?);
-            cache.unsaved = None;
+        if since.elapsed() >= VOLATILE_SAVE_AFTER {
+            self.save_unsynced(cache)?;
         }
+        Ok(())
+    }
+
+    /// Writes `cache`'s state without the syncs and notes that the file holds it all.
+    fn save_unsynced(&self, cache: &mut Cache) -> Result<(), SimError> {
+        cache.stamp = Some(self.save_with(&cache.state, false)?);
+        cache.unsaved = None;
         Ok(())
     }
 
@@ -363,7 +370,7 @@ impl Store {
         }
         let _guard = self.file_lock(LockKind::Exclusive)?;
         self.refresh(&mut cache)?;
-        self.save_volatile(&mut cache, true)
+        self.save_unsynced(&mut cache)
     }
 }
 

@@ -364,9 +364,7 @@ fn telemetry_continues_across_a_restart_and_leaves_sysfs_current() {
     let energy = {
         let h = SimHost::create(&state, Profile::builtin("vdi-mixed").unwrap()).unwrap();
         let nvml = h.nvml();
-        let index = (0..nvml.device_count().unwrap())
-            .find(|i| nvml.device_info(*i).unwrap().pci_address.to_string() == T4)
-            .unwrap();
+        let index = t4_index(&h);
         let first = nvml.telemetry(index).unwrap().energy_mj;
         // A telemetry read between a change and the next sysfs read must not hide the change.
         create_1q(&h.sysfs(), U1);

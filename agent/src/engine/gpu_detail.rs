@@ -19,14 +19,24 @@ use super::snapshot::{self, Ownership};
 
 /// The types a GPU offers, as requests name them, with the kind each means there.
 pub(super) fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, SliceKind)> {
+    // A profile the discovery listed for the GPU with MIG on is that profile there: resolving
+    // its name would ask NVML again (MIG mode and every profile, per name, every poll), and
+    // the offer is kept under the inventory's own rule, so it is no older for it.
+    let mut listed: Vec<(String, SliceKind)> = Vec::new();
     let mut names: Vec<String> = Vec::new();
-    let mut listed = Vec::new();
     if let Some(m) = g.mig.as_ref().filter(|m| m.enabled) {
-        listed.extend(m.profiles.iter().filter_map(|p| {
-            let parsed = p.name.parse::<MigProfileName>().ok()?;
-            Some((p.name.clone(), parsed))
-        }));
-        names.extend(m.profiles.iter().map(|p| p.name.clone()));
+        for p in &m.profiles {
+            match p.name.parse::<MigProfileName>() {
+                Ok(profile) => listed.push((
+                    p.name.clone(),
+                    SliceKind::Mig {
+                        profile,
+                        start: None,
+                    },
+                )),
+                Err(_) => names.push(p.name.clone()),
+            }
+        }
         // MIG-backed vendor-VFIO types live inside GPU instances: offered only in MIG mode.
         names.extend(
             g.vgpu_types
@@ -45,23 +55,16 @@ pub(super) fn offered(engine: &Engine, g: &inventory::Gpu) -> Vec<(String, Slice
     let Ok(dev) = engine.host().gpu_identity(g.pci_address) else {
         return Vec::new();
     };
-    let passed_through = refuse_if_passed_through(&dev).is_err();
-    names
+    if refuse_if_passed_through(&dev).is_err() {
+        listed.clear();
+    }
+    let resolved = names.into_iter().filter_map(|n| {
+        let kind = kind_for(engine.host(), &dev, &n)?;
+        Some((n, kind))
+    });
+    listed
         .into_iter()
-        .filter_map(|n| {
-            // A profile the discovery listed for the GPU with MIG on is that profile there:
-            // what `kind_for` would ask NVML again (its MIG mode and every profile, per name).
-            // The offer is kept under the inventory's own rule, so it is no older for it.
-            if let Some((_, profile)) = listed.iter().find(|(name, _)| *name == n) {
-                let kind = SliceKind::Mig {
-                    profile: profile.clone(),
-                    start: None,
-                };
-                return (!passed_through).then_some((n, kind));
-            }
-            let kind = kind_for(engine.host(), &dev, &n)?;
-            Some((n, kind))
-        })
+        .chain(resolved)
         // Offering VFs amdgpu cannot make would promise slices that creating refuses (and
         // Placement would hand them out).
         .filter(|(_, kind)| {
