@@ -65,6 +65,7 @@ pub struct RunArgs {
 /// failed.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = daemon_config::load(&args)?;
+    crate::daemon_memory::limit_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("vgpud")
@@ -279,6 +280,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     let placement = crate::daemon_placement::start(&service, &stop_rx);
     let kubernetes = crate::daemon_kubernetes::start(&service, &config, &stop_rx);
     let warm_pool = crate::daemon_warm_pool::start(&service, &config.warm_pool, &stop_rx);
+    let trimming = crate::daemon_memory::start_trimming(&stop_rx);
 
     let outcome = loop {
         tokio::select! {
@@ -311,6 +313,7 @@ async fn serve(args: RunArgs, mut config: Config) -> anyhow::Result<()> {
     if let Some(warm_pool) = warm_pool {
         let _ = warm_pool.await;
     }
+    let _ = trimming.await;
     if let Some(pinger) = pinger {
         pinger.abort();
     }

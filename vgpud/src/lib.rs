@@ -10,6 +10,7 @@ mod daemon_health;
 mod daemon_hotplug;
 mod daemon_kubernetes;
 mod daemon_listen;
+mod daemon_memory;
 mod daemon_metrics;
 mod daemon_placement;
 mod daemon_systemd;
