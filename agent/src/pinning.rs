@@ -9,7 +9,8 @@
 //! after a restart.
 //!
 //! This module must not decide placements (the scheduler does) or keep state of its own beyond
-//! the connection: what was applied lives in the domain's metadata and in the allocation.
+//! the connection and a half-minute reading of the host's NUMA cells (`kept_cells`): what was
+//! applied lives in the domain's metadata and in the allocation.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -27,11 +28,13 @@ use vmpin::{
 use crate::config::Config;
 
 mod deadline;
+mod kept_cells;
 use crate::engine::{
     Allocation, AllocationId, EngineError, GuestCellPin, MemoryPin, NumaPolicy, Slice,
     SliceRequest, StaleVmLink, VcpuPin, VmPinning,
 };
 use deadline::Deadline;
+use kept_cells::KeptCells;
 
 type Result<T> = std::result::Result<T, EngineError>;
 
@@ -164,6 +167,8 @@ pub(crate) struct Pinner {
     planning: Mutex<()>,
     /// Every libvirt call runs under it: a hung libvirtd costs a caller at most the timeout.
     deadline: Deadline,
+    /// libvirt's NUMA cells of the host, read again every half minute.
+    cells: KeptCells,
 }
 
 impl Pinner {
@@ -173,6 +178,7 @@ impl Pinner {
             config,
             hv: Mutex::new(None),
             planning: Mutex::new(()),
+            cells: KeptCells::default(),
         }
     }
 
@@ -221,10 +227,13 @@ impl Pinner {
     /// The host as planning sees it: libvirt's NUMA cells, else the configured topology, else
     /// the inventory's nodes; with the configured reserved CPUs.
     fn topology(&self, hv: &Arc<Hypervisor>, inventory: &HostInventory) -> Result<HostTopology> {
-        let capabilities = self.call(hv, "reading the host's capabilities", |hv| {
-            hv.host_topology()
+        let cells = self.cells.get_or_read(|| {
+            self.call(hv, "reading the host's capabilities", |hv| {
+                hv.host_topology()
+            })?
+            .map_err(vmpin_error)
         })?;
-        let mut topology = match capabilities.map_err(vmpin_error)? {
+        let mut topology = match cells {
             Some(t) => t,
             None => match &self.config.topology {
                 Some(t) => t.clone(),
