@@ -225,8 +225,13 @@ impl Pinner {
     }
 
     /// The host as planning sees it: libvirt's NUMA cells, else the configured topology, else
-    /// the inventory's nodes; with the configured reserved CPUs.
-    fn topology(&self, hv: &Arc<Hypervisor>, inventory: &HostInventory) -> Result<HostTopology> {
+    /// the inventory's nodes (`inventory` is only called then); with the configured reserved
+    /// CPUs.
+    fn topology(
+        &self,
+        hv: &Arc<Hypervisor>,
+        inventory: impl FnOnce() -> HostInventory,
+    ) -> Result<HostTopology> {
         let cells = self.cells.get_or_read(|| {
             self.call(hv, "reading the host's capabilities", |hv| {
                 hv.host_topology()
@@ -237,7 +242,7 @@ impl Pinner {
             Some(t) => t,
             None => match &self.config.topology {
                 Some(t) => t.clone(),
-                None => topology_of(inventory, &CpuSet::default())?,
+                None => topology_of(&inventory(), &CpuSet::default())?,
             },
         };
         topology.reserved_cpus = CpuSet::from_cpus(
@@ -249,10 +254,11 @@ impl Pinner {
         Ok(topology)
     }
 
-    /// Free CPUs and memory per node given every domain's pins except `skip`'s own.
+    /// Free CPUs and memory per node given every domain's pins except `skip`'s own;
+    /// `inventory` only when libvirt and the configuration describe no NUMA cells.
     pub(crate) fn free_numa(
         &self,
-        inventory: &HostInventory,
+        inventory: impl FnOnce() -> HostInventory,
         skip: Option<&str>,
     ) -> Result<Vec<sched::NumaState>> {
         let hv = self.hv()?;
@@ -267,13 +273,14 @@ impl Pinner {
         Ok(numa_states(&accounting))
     }
 
-    /// Reads what planning needs about `vm` before anything is allocated. A VM that is not a
-    /// domain is `not_found`; libvirt down is `libvirt_unavailable`.
+    /// Reads what planning needs about `vm` before anything is allocated (`inventory` as for
+    /// [`Self::free_numa`]). A VM that is not a domain is `not_found`; libvirt down is
+    /// `libvirt_unavailable`.
     pub(crate) fn prepare(
         &self,
         vm: &str,
         request: &SliceRequest,
-        inventory: &HostInventory,
+        inventory: impl FnOnce() -> HostInventory,
     ) -> Result<VmContext> {
         let hv = self.hv()?;
         let name = vm.to_owned();

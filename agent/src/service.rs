@@ -280,7 +280,7 @@ impl Service {
             .filter(|_| req.vm.is_some())
             .map(|p| p.serialise());
         let vm = match (&self.pinner, &req.vm) {
-            (Some(p), Some(vm)) => Some(p.prepare(vm, &req.request, &self.engine.inventory())?),
+            (Some(p), Some(vm)) => Some(p.prepare(vm, &req.request, || self.engine.inventory())?),
             _ => None,
         };
         let scheduling = Scheduling {
@@ -493,7 +493,7 @@ impl Service {
         if request.numa() == NumaPolicy::None {
             return Ok(None);
         }
-        match pinner.free_numa(&self.engine.inventory(), None) {
+        match pinner.free_numa(|| self.engine.inventory(), None) {
             Ok(numa) => Ok(Some(numa)),
             // A dry run still answers, from the inventory.
             Err(e @ EngineError::LibvirtUnavailable(_)) => {
