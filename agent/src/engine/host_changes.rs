@@ -111,6 +111,12 @@ impl HostChanges {
         Since::Devices(devices)
     }
 
+    /// Whether the whole host changed after `count` (not only devices a lock holder changed).
+    pub(crate) fn whole_since(&self, count: u64) -> bool {
+        let marks = self.0.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        marks.whole > count
+    }
+
     /// Whether `device` (or the whole host) changed after `count`.
     pub(crate) fn changed_since(&self, count: u64, device: &DeviceRef) -> bool {
         let marks = self.0.marks.lock().unwrap_or_else(PoisonError::into_inner);

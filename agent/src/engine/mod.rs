@@ -29,6 +29,7 @@ mod hold;
 mod host_changes;
 pub mod import;
 mod inventory_cache;
+mod kept_geometry;
 mod kept_map;
 pub mod layout;
 mod layout_apply;

@@ -20,6 +20,7 @@ use gpu::{
 use ids::PciAddress;
 
 use super::host_changes::HostChanges;
+use super::kept_geometry::KeptGeometry;
 use crate::call_pool::Pool;
 use crate::metrics::Metrics;
 
@@ -45,6 +46,8 @@ pub(crate) struct Runner {
     pool: Pool,
     /// Counts the mutating calls (see `host_changes`).
     pub(crate) changes: HostChanges,
+    /// MIG GPUs' profiles and placements, kept between calls (`kept_geometry`).
+    geometry: KeptGeometry,
 }
 
 #[derive(Default)]
@@ -54,12 +57,14 @@ struct CallState {
 
 impl Runner {
     pub(crate) fn new(timeout: Duration, metrics: Metrics) -> Arc<Self> {
+        let changes = HostChanges::default();
         Arc::new(Self {
             timeout,
             stuck: Mutex::new(HashMap::new()),
             metrics,
             pool: Pool::new("vgpud-vendor"),
-            changes: HostChanges::default(),
+            geometry: KeptGeometry::new(changes.clone()),
+            changes,
         })
     }
 
@@ -204,11 +209,13 @@ impl Nvml for TimedNvml {
         self.call(Gate::Global, "nvmlDeviceGetCount_v2", |n| n.device_count())
     }
     fn device_info(&self, i: u32) -> NvmlResult<DeviceInfo> {
-        self.call(
+        let info = self.call(
             Gate::NvmlIndex(i),
             "nvmlDeviceGetHandleByIndex_v2",
             move |n| n.device_info(i),
-        )
+        )?;
+        self.runner.geometry.seen(i, info.pci_address);
+        Ok(info)
     }
     fn mig_mode(&self, i: u32) -> NvmlResult<MigMode> {
         self.call(Gate::NvmlIndex(i), "nvmlDeviceGetMigMode", move |n| {
@@ -216,23 +223,39 @@ impl Nvml for TimedNvml {
         })
     }
     fn set_mig_mode(&self, i: u32, enabled: bool) -> NvmlResult<gpu::MigActivation> {
-        self.change(Gate::NvmlIndex(i), "nvmlDeviceSetMigMode", move |n| {
+        let out = self.change(Gate::NvmlIndex(i), "nvmlDeviceSetMigMode", move |n| {
             n.set_mig_mode(i, enabled)
-        })
+        });
+        // Failed or not (a failed set may still have changed the mode).
+        self.runner.geometry.mig_mode_set(i);
+        out
     }
     fn gpu_instance_profiles(&self, i: u32) -> NvmlResult<Vec<GpuInstanceProfile>> {
-        self.call(
-            Gate::NvmlIndex(i),
-            "nvmlDeviceGetGpuInstanceProfileInfoV",
-            move |n| n.gpu_instance_profiles(i),
-        )
+        let read = || {
+            self.call(
+                Gate::NvmlIndex(i),
+                "nvmlDeviceGetGpuInstanceProfileInfoV",
+                move |n| n.gpu_instance_profiles(i),
+            )
+        };
+        // A GPU with a call still out fails fast, as every call on it does.
+        if self.runner.is_stuck(Gate::NvmlIndex(i)) {
+            return read();
+        }
+        self.runner.geometry.profiles(i, read)
     }
     fn gpu_instance_possible_placements(&self, i: u32, p: u32) -> NvmlResult<Vec<Placement>> {
-        self.call(
-            Gate::NvmlIndex(i),
-            "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
-            move |n| n.gpu_instance_possible_placements(i, p),
-        )
+        let read = || {
+            self.call(
+                Gate::NvmlIndex(i),
+                "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+                move |n| n.gpu_instance_possible_placements(i, p),
+            )
+        };
+        if self.runner.is_stuck(Gate::NvmlIndex(i)) {
+            return read();
+        }
+        self.runner.geometry.placements(i, p, read)
     }
     fn gpu_instance_remaining_capacity(&self, i: u32, p: u32) -> NvmlResult<u32> {
         self.call(
