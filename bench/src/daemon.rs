@@ -425,10 +425,10 @@ fn window(d: &Daemon, seconds: f64) -> anyhow::Result<(f64, f64)> {
 /// `vgpud/src/daemon_memory.rs`), so the figure shows what the daemon gives back.
 const SETTLE_AFTER_BURST: Duration = Duration::from_secs(12);
 
-/// RSS before, right after and `SETTLE_AFTER_BURST` after `connections` connections (32 at a time), each one
-/// `GET /v1/host` and closed. The daemon admits 64 connections per peer and a closed one
-/// leaves its slot a moment later: a `503 busy` (or a connection the daemon shed) is counted
-/// and the connection made again.
+/// RSS before, right after and `SETTLE_AFTER_BURST` after `connections` connections (32 at
+/// a time), each one `GET /v1/host` and closed. The daemon admits 64 connections per peer and
+/// a closed one leaves its slot a moment later: a `503 busy` (or a connection the daemon shed)
+/// is counted and the connection made again.
 fn burst(o: &Options) -> anyhow::Result<Value> {
     let d = proc::start(&setup(o, "burst", profile::DGX, DEFAULT_POLL_MS)?)?;
     std::thread::sleep(Duration::from_secs(2));
