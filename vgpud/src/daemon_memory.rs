@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use agent::metrics::process::resident_anonymous_bytes;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -72,13 +73,13 @@ impl Trimmer {
     /// One look: trims when the anonymous memory grew by `TRIM_ABOVE` since the last trim
     /// (or at the first look).
     fn look(mut self) -> Self {
-        let Some(now) = resident_anonymous() else {
+        let Some(now) = resident_anonymous_bytes() else {
             return self;
         };
         let grown = self.after_last.is_none_or(|last| now >= last + TRIM_ABOVE);
         self.after_last = Some(if grown {
             trim();
-            resident_anonymous().unwrap_or(now)
+            resident_anonymous_bytes().unwrap_or(now)
         } else {
             self.after_last.map_or(now, |last| last.min(now))
         });
@@ -92,15 +93,6 @@ fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// This process's resident memory that no file backs, in bytes (proc(5), `RssAnon` in
-/// /proc/PID/status).
-fn resident_anonymous() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib = status.lines().find_map(|l| l.strip_prefix("RssAnon:"))?;
-    let kib: u64 = kib.trim().strip_suffix("kB")?.trim().parse().ok()?;
-    Some(kib << 10)
 }
 
 #[cfg(test)]
@@ -120,7 +112,7 @@ mod tests {
         let mut blocks: Vec<Vec<u8>> = (0..1024).map(|_| vec![1u8; 32 << 10]).collect();
         let pin = vec![1u8; 32 << 10];
         blocks.clear();
-        let before = resident_anonymous().unwrap();
+        let before = resident_anonymous_bytes().unwrap();
         assert!(
             before >= settled + (16 << 20),
             "the freed blocks are still resident: {before} vs {settled}"

@@ -69,9 +69,22 @@ fn boot_time(stat: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// `VmRSS:` of `/proc/<pid>/status`, in bytes (the kernel writes kB).
+/// `VmRSS:` of `/proc/<pid>/status`, in bytes.
 fn vm_rss_bytes(status: &str) -> Option<u64> {
-    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    status_bytes(status, "VmRSS:")
+}
+
+/// This process's resident memory that no file backs (`RssAnon:` of `/proc/self/status`), in
+/// bytes: what its own allocations cost, unlike `VmRSS`, which also counts the executable's
+/// and the libraries' pages.
+pub fn resident_anonymous_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status_bytes(&status, "RssAnon:")
+}
+
+/// A memory field of `/proc/<pid>/status`, in bytes (the kernel writes kB).
+fn status_bytes(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix(field))?;
     let kb: u64 = line.split_whitespace().next()?.parse().ok()?;
     Some(kb * 1024)
 }
